@@ -147,7 +147,6 @@ class LockConfig(_Strict):
 class Sandbox(_Strict):
     """Settings of the local container sandbox (backend local)."""
 
-    gpu_nodes: int = Field(default=2, ge=1, le=8)
     #: Simulated board: h100-hgx (default), a100-hgx, l40s-pcie.
     board: str = "h100-hgx"
 
@@ -165,6 +164,8 @@ class ClusterSpec(_Strict):
     sandbox: Sandbox = Field(default_factory=Sandbox)
     #: Namespaces where GPU workloads run (default-deny NetworkPolicies apply there).
     workload_namespaces: list[str] = Field(default_factory=lambda: ["training"])
+    #: How the GPU Operator exposes MIG devices (GFD and device plugin): none, single or mixed.
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
     #: Config keys gpufleet does not model (cloud region etc.), passed to backends verbatim.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -195,6 +196,7 @@ _FIELDS = {
     "networks": "networks",
     "sandbox": "sandbox",
     "workloadNamespaces": "workload_namespaces",
+    "migStrategy": "mig_strategy",
 }
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 

@@ -1,0 +1,1 @@
+"""The local platform: Docker engine, node image, fixture repository and the sandbox cluster."""

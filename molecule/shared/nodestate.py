@@ -1,0 +1,46 @@
+"""Helpers for testinfra verifiers: read real state off a node (packages, holds, units, simulator)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+CO_VERSIONED = [
+    "nvidia-driver{s}{m}",
+    "nvidia-dkms{s}{m}",
+    "nvidia-kernel-source{s}{m}",
+    "nvidia-kernel-common{s}",
+    "nvidia-utils{s}",
+    "nvidia-compute-utils{s}",
+    "libnvidia-compute{s}",
+    "libnvidia-cfg1{s}",
+    "libnvidia-common{s}",
+]
+
+
+def driver_packages(version: str, module: str = "open") -> list[str]:
+    branch = int(version.split(".")[0])
+    sfx = f"-{branch}" if branch < 590 else ""
+    mod = "-open" if module == "open" else ""
+    return [p.format(s=sfx, m=mod) for p in CO_VERSIONED]
+
+
+def installed_version(host: Any, pkg: str) -> str | None:
+    r = host.run("dpkg-query -W -f='${Status}|${Version}' %s", pkg)
+    if r.rc != 0 or "install ok installed" not in r.stdout:
+        return None
+    return str(r.stdout.split("|", 1)[1])
+
+
+def selection(host: Any, pkg: str) -> str:
+    r = host.run("dpkg --get-selections %s", pkg)
+    parts = r.stdout.split()
+    return parts[1] if len(parts) == 2 else "absent"
+
+
+def query_gpus(host: Any, *fields: str) -> list[dict[str, str]]:
+    r = host.run("nvidia-smi --query-gpu=%s --format=csv,noheader,nounits", ",".join(fields))
+    assert r.rc == 0, f"nvidia-smi failed ({r.rc}): {r.stdout}{r.stderr}"
+    rows = list(csv.reader(io.StringIO(r.stdout), skipinitialspace=True))
+    return [dict(zip(fields, (c.strip() for c in row), strict=True)) for row in rows if row]
