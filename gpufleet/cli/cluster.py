@@ -1,0 +1,138 @@
+"""``gpufleet up | down | status | converge``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.errors import ConfigError
+from gpufleet.workflow import converge as run_converge
+from gpufleet.workflow import dump_json, sandbox_report
+
+console = Console(stderr=True)
+out = Console()
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]
+
+
+def _fail_config(e: ConfigError) -> None:
+    for p in e.problems:
+        console.print(f"[red]error[/red] {p}", highlight=False, markup=True)
+    raise typer.Exit(1)
+
+
+def up(stack: StackOpt = "local", json_out: JsonOpt = False,
+       gpu_nodes: Annotated[int | None, typer.Option(help="Sandbox only: GPU nodes to run.")] = None) -> None:
+    """Create or update the cluster, converge it, validate it and print a report."""
+    from gpufleet.lock import load_lock
+
+    t0 = time.monotonic()
+    try:
+        spec, lock = load_lock(stack)
+    except ConfigError as e:
+        _fail_config(e)
+        return
+    if spec.backend != "local":
+        from gpufleet.infra.automation import up as pulumi_up
+
+        pulumi_up(stack)
+        result = run_converge(stack, console=console)
+        if json_out:
+            out.print_json(dump_json({"stack": stack, "converge": result.to_json()}))
+        raise typer.Exit(0 if result.ok else 1)
+
+    from gpufleet.sandbox import cluster, platform
+
+    if gpu_nodes is not None:
+        pools = [p.model_copy(update={"count": gpu_nodes}) if p is spec.gpu_pools[0] else p for p in spec.pools]
+        spec = spec.model_copy(update={"pools": pools})
+    console.print(f"[bold]gpufleet up[/bold] stack [cyan]{spec.stack}[/cyan] (local sandbox), lock "
+                  f"[cyan]{lock.profile}[/cyan]: driver {lock.driver}")
+    plat = platform.prepare(log=True)
+    states = cluster.up(spec, plat.image)
+    console.print(f"nodes: {', '.join(s.node.hostname for s in states)}")
+    result = run_converge(stack, console=console, live=sys.stderr.isatty())
+    reports = sandbox_report(spec, lock)
+    _print_nodes(reports)
+    elapsed = time.monotonic() - t0
+    changed = sum(h.changed for h in result.hosts.values())
+    healthy = all(not r.problems for r in reports)
+    console.print(f"{'[green]ready[/green]' if result.ok and healthy else '[red]not ready[/red]'}: "
+                  f"{changed} changed tasks, {elapsed:.0f}s. Inventory: inventories/{spec.stack}/hosts.yml")
+    if json_out:
+        out.print_json(dump_json({"stack": spec.stack, "elapsed_s": round(elapsed, 1), "changed": changed,
+                                  "converge": result.to_json(), "nodes": [r.to_json() for r in reports]}))
+    raise typer.Exit(0 if result.ok and healthy else 1)
+
+
+def _print_nodes(reports: list) -> None:  # type: ignore[type-arg]
+    table = Table(title="sandbox nodes")
+    for col in ("host", "pool", "state", "GPUs", "driver", "persistence", "power limit (W)", "problems"):
+        table.add_column(col)
+    for r in reports:
+        pm = "-" if not r.persistence else ("on" if all(r.persistence) else "partly off")
+        pl = "-" if not r.power_limits_w else ",".join(sorted({f"{w:g}" for w in r.power_limits_w if w}))
+        table.add_row(r.host, r.pool, "running" if r.running else "stopped", str(r.gpus or "-"),
+                      r.driver or "-", pm, pl, "; ".join(r.problems) or "ok")
+    console.print(table)
+
+
+def down(stack: StackOpt = "local") -> None:
+    """Remove the sandbox's containers (local stack) and stop the Docker daemon if gpufleet started it."""
+    from gpufleet.sandbox import cluster, engine
+    from gpufleet.spec import load_spec
+
+    spec = load_spec(stack)
+    if spec.backend != "local":
+        console.print("down is for the local sandbox; for other stacks run `pulumi destroy` in that stack")
+        raise typer.Exit(2)
+    removed = cluster.down(spec.stack) if engine.daemon_answers() else []
+    stopped = engine.stop_engine()
+    console.print(f"removed {len(removed)} containers" + ("; stopped dockerd" if stopped else ""))
+
+
+def status(stack: StackOpt = "local", json_out: JsonOpt = False) -> None:
+    """Show the sandbox nodes and what their GPUs report."""
+    from gpufleet.lock import load_lock
+
+    try:
+        spec, lock = load_lock(stack)
+    except ConfigError as e:
+        _fail_config(e)
+        return
+    reports = sandbox_report(spec, lock)
+    if json_out:
+        out.print_json(dump_json([r.to_json() for r in reports]))
+    else:
+        _print_nodes(reports)
+    raise typer.Exit(0 if all(not r.problems for r in reports) else 1)
+
+
+def converge(stack: StackOpt = "local",
+             limit: Annotated[str | None, typer.Option(help="Ansible host pattern.")] = None,
+             check: Annotated[bool, typer.Option(help="Check mode: report, change nothing.")] = False,
+             diff: Annotated[bool, typer.Option(help="Show diffs.")] = False,
+             json_out: JsonOpt = False) -> None:
+    """Run ansible/site.yml against the stack's inventory with live per-host progress."""
+    try:
+        result = run_converge(stack, limit=limit, check=check, diff=diff, console=console,
+                              live=sys.stderr.isatty())
+    except ConfigError as e:
+        _fail_config(e)
+        return
+    if json_out:
+        out.print_json(dump_json(result.to_json()))
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command()(down)
+    app.command()(status)
+    app.command()(converge)
