@@ -1,0 +1,244 @@
+"""Fold ansible-runner events into a RunResult.
+
+The same fold drives the live display (event by event) and the final result, so what the
+operator watched and what the JSON summary says cannot disagree. Event names and their
+``event_data`` keys are those of ansible-runner's ``awx_display`` callback (ansible-runner 2.4.3,
+``ansible_runner/display_callback/callback/awx_display.py``); the counting follows ansible-core's
+``StrategyBase._process_pending_results``, so the counters match PLAY RECAP even before
+``playbook_on_stats`` arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gpufleet.ansible_run.results import (
+    HostStats,
+    ItemResult,
+    RunResult,
+    TaskResult,
+    TaskStatus,
+    trim_res,
+)
+
+#: Include actions report runner_on_ok but ansible does not count them in the recap.
+_INCLUDE_ACTIONS = frozenset(
+    {"include_tasks", "include_role", "ansible.builtin.include_tasks", "ansible.builtin.include_role"}
+)
+_ITEM_STATUS: dict[str, TaskStatus] = {
+    "runner_item_on_ok": "ok",
+    "runner_item_on_failed": "failed",
+    "runner_item_on_skipped": "skipped",
+}
+_FINAL_EVENTS = frozenset({"runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"})
+#: Events whose stdout is ansible talking outside a task result (errors before the play starts).
+_LOG_EVENTS = frozenset({"verbose", "error", "warning", "deprecated", "system_warning"})
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LOG_TAIL_LINES = 20
+
+TagLookup = Callable[[str], list[str]]
+
+
+def task_label(event_data: Mapping[str, Any]) -> str:
+    task = str(event_data.get("task") or "")
+    role = event_data.get("role")
+    return f"{role} : {task}" if role else task
+
+
+def _diffs(res: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Before/after dicts of a result that show a change: its own ``diff``, else its loop items'."""
+    raw = res.get("diff")
+    if raw is None:
+        items = res.get("results")
+        out: list[dict[str, Any]] = []
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, Mapping):
+                    out.extend(_diffs(item))
+        return out
+    entries = raw if isinstance(raw, list) else [raw]
+    return [dict(d) for d in entries if isinstance(d, Mapping) and _shows_change(d)]
+
+
+def _shows_change(d: Mapping[str, Any]) -> bool:
+    # Modules report "nothing to diff" as {} and the file module as before == after ({"path": p}
+    # on both sides); neither shows a change, and the drift report lists only real ones.
+    if "prepared" in d:
+        return bool(d["prepared"])
+    return d.get("before") != d.get("after")
+
+
+def _msg(res: Mapping[str, Any]) -> str | None:
+    msg = res.get("msg")
+    if msg:
+        return msg if isinstance(msg, str) else json.dumps(msg, default=str)
+    stderr = res.get("stderr")
+    if isinstance(stderr, str) and stderr.strip():
+        return stderr.strip()
+    return None
+
+
+def _item_label(res: Mapping[str, Any]) -> str:
+    label = res.get("_ansible_item_label", res.get("item"))
+    return label if isinstance(label, str) else json.dumps(label, default=str, sort_keys=True)
+
+
+class ResultBuilder:
+    """Accumulates events; ``result`` is valid (partial) after every ``add``."""
+
+    def __init__(self, *, check: bool = False, tag_lookup: TagLookup | None = None) -> None:
+        self.result = RunResult(check=check)
+        self._tag_lookup = tag_lookup
+        self._items: dict[tuple[str, str], list[ItemResult]] = {}
+        self._log: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+
+    def _host(self, name: str) -> HostStats:
+        return self.result.hosts.setdefault(name, HostStats())
+
+    def add(self, event: Mapping[str, Any]) -> TaskResult | None:
+        """Fold one event in; returns the TaskResult when the event finished a task on a host."""
+        name = str(event.get("event", ""))
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        if name in _LOG_EVENTS:
+            self._log_stdout(event)
+            return None
+        if name == "playbook_on_stats":
+            self._stats(data)
+            return None
+        host = data.get("host")
+        if not isinstance(host, str):
+            return None
+        key = (host, str(data.get("task_uuid") or data.get("task_path") or data.get("task")))
+        if name == "runner_on_start":
+            self._host(host).current_task = task_label(data)
+        elif name in _ITEM_STATUS:
+            self._item(key, _ITEM_STATUS[name], data)
+        elif name in _FINAL_EVENTS:
+            return self._final(key, name, data)
+        return None
+
+    def _log_stdout(self, event: Mapping[str, Any]) -> None:
+        for line in str(event.get("stdout") or "").splitlines():
+            line = _ANSI.sub("", line).rstrip()
+            if line:
+                self._log.append(line)
+        self.result.log_tail = list(self._log)
+
+    def _item(self, key: tuple[str, str], status: TaskStatus, data: Mapping[str, Any]) -> None:
+        res: Mapping[str, Any] = data.get("res") or {}
+        changed = bool(res.get("changed"))
+        if status == "ok" and changed:
+            status = "changed"
+        self._items.setdefault(key, []).append(
+            ItemResult(item=_item_label(res), status=status, changed=changed, msg=_msg(res))
+        )
+
+    def _final(self, key: tuple[str, str], name: str, data: Mapping[str, Any]) -> TaskResult:
+        host = key[0]
+        res: Mapping[str, Any] = data.get("res") or {}
+        action = str(data.get("resolved_action") or data.get("task_action") or "")
+        changed = bool(res.get("changed"))
+        ignored = name == "runner_on_failed" and bool(data.get("ignore_errors"))
+        status: TaskStatus
+        if name == "runner_on_ok":
+            status = "changed" if changed else "ok"
+        elif name == "runner_on_failed":
+            status = "failed"
+        elif name == "runner_on_skipped":
+            status, changed = "skipped", False
+        else:
+            status, changed = "unreachable", False
+        task_path = data.get("task_path")
+        tags = self._tag_lookup(task_path) if self._tag_lookup and isinstance(task_path, str) else []
+        task = TaskResult(
+            host=host,
+            play=str(data.get("play") or ""),
+            role=data.get("role") or None,
+            task=str(data.get("task") or action),
+            action=action,
+            status=status,
+            changed=changed,
+            ignored=ignored,
+            msg=_msg(res),
+            tags=tags,
+            task_path=task_path if isinstance(task_path, str) else None,
+            diff=_diffs(res),
+            items=self._items.pop(key, []),
+            res=trim_res(dict(res)),
+        )
+        self.result.tasks.append(task)
+        self._count(task)
+        return task
+
+    def _count(self, task: TaskResult) -> None:
+        stats = self._host(task.host)
+        stats.current_task = None
+        if task.status in ("ok", "changed"):
+            if task.action not in _INCLUDE_ACTIONS:
+                stats.ok += 1
+                stats.changed += task.changed
+        elif task.status == "failed" and task.ignored:
+            stats.ok += 1
+            stats.ignored += 1
+            stats.changed += task.changed
+        elif task.status == "failed":
+            # A failure inside a block with rescue counts as "rescued" in the recap; events do not
+            # say which, so playbook_on_stats corrects this count at the end.
+            stats.failed += 1
+            if stats.state == "running":
+                stats.state = "failed"
+        elif task.status == "skipped":
+            stats.skipped += 1
+        else:
+            stats.unreachable += 1
+            stats.state = "unreachable"
+
+    def _stats(self, data: Mapping[str, Any]) -> None:
+        fields = {
+            "ok": "ok",
+            "changed": "changed",
+            "failures": "failed",
+            "skipped": "skipped",
+            "dark": "unreachable",
+            "rescued": "rescued",
+            "ignored": "ignored",
+        }
+        names: set[str] = set()
+        for src in (*fields, "processed"):
+            counts = data.get(src)
+            if isinstance(counts, Mapping):
+                names.update(str(h) for h in counts)
+        for host in sorted(names, key=lambda h: (h not in self.result.hosts, h)):
+            stats = self._host(host)
+            for src, dst in fields.items():
+                counts = data.get(src) or {}
+                setattr(stats, dst, int(counts.get(host, 0)))
+            stats.current_task = None
+            stats.state = "unreachable" if stats.unreachable else "failed" if stats.failed else "done"
+        self.result.finished = True
+
+
+def build_result(
+    events: Iterable[Mapping[str, Any]],
+    *,
+    rc: int = -1,
+    status: str = "unknown",
+    check: bool = False,
+    tag_lookup: TagLookup | None = None,
+) -> RunResult:
+    """RunResult from a stream of ansible-runner events (live or recorded).
+
+    ``rc``/``status`` come from the runner, not from events; left at their defaults the result is
+    never ``ok``. ``tag_lookup`` maps an event's ``task_path`` to the task's tags (events do not
+    carry tags); see ``gpufleet.ansible_run.tags.TaskTags``.
+    """
+    builder = ResultBuilder(check=check, tag_lookup=tag_lookup)
+    for event in events:
+        builder.add(event)
+    builder.result.rc = rc
+    builder.result.status = status
+    return builder.result
