@@ -1,0 +1,89 @@
+"""``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, nccl-tests logs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.parsers import ParseError
+from gpufleet.parsers.nccl import parse_nccl
+from gpufleet.parsers.smi_xml import parse_smi_xml
+
+app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
+
+FileArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="saved output")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout instead of a table")]
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _fail(path: Path, err: ParseError) -> typer.Exit:
+    typer.echo(f"error: {path}: {err}", err=True)
+    return typer.Exit(code=2)
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+@app.command("smi-xml")
+def smi_xml(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``nvidia-smi -q -x`` output."""
+    try:
+        report = parse_smi_xml(_read(file))
+    except ParseError as e:
+        raise _fail(file, e) from None
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    table = Table(title=f"driver {_show(report.driver_version)}, CUDA {_show(report.cuda_version)}")
+    for col in ("#", "name", "bus id", "persist", "MIG", "power W (limit/default)", "ECC", "DBE vol",
+                "remap pending/fail", "PCIe gen/width", "temp C", "throttle"):
+        table.add_column(col)
+    for g in report.gpus:
+        rows = g.remapped_rows
+        table.add_row(
+            str(g.index), _show(g.name), _show(g.pci_bus_id), _show(g.persistence_mode), _show(g.mig_mode),
+            f"{_show(g.power_limit_w)}/{_show(g.power_default_w)}", _show(g.ecc_mode),
+            _show(g.ecc_dbe_volatile),
+            "-" if rows is None else f"{_show(rows.pending)}/{_show(rows.failure)}",
+            f"{_show(g.pcie_gen_current)}/{_show(g.pcie_gen_max)} x{_show(g.pcie_width_current)}"
+            f"/{_show(g.pcie_width_max)}",
+            _show(g.temperature_c), ", ".join(g.throttle_reasons or []) or "-",
+        )
+    Console().print(table)
+
+
+@app.command("nccl")
+def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse an nccl-tests log (text, or the file ``-J`` writes)."""
+    try:
+        result = parse_nccl(_read(file))
+    except ParseError as e:
+        raise _fail(file, e) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    table = Table(title=f"{_show(result.collective)}, {_show(result.nranks)} ranks")
+    for col in ("size B", "type", "oop time us", "oop algbw", "oop busbw", "oop wrong",
+                "ip algbw", "ip busbw", "ip wrong"):
+        table.add_column(col, justify="right")
+    for r in result.rows:
+        o, i = r.out_of_place, r.in_place
+        table.add_row(
+            str(r.size_bytes), r.type,
+            *(("-",) * 4 if o is None else (f"{o.time_us:g}", f"{o.algbw_gbs:g}", f"{o.busbw_gbs:g}",
+                                             _show(o.wrong))),
+            *(("-",) * 3 if i is None else (f"{i.algbw_gbs:g}", f"{i.busbw_gbs:g}", _show(i.wrong))),
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"avg busbw (all sizes; not a gate): {_show(result.avg_busbw_gbs)} GB/s, "
+                  f"out of bounds: {_show(result.out_of_bounds)}, wrong elements: {result.wrong_total}")

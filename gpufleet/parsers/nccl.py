@@ -1,0 +1,279 @@
+"""Parser of nccl-tests output (``all_reduce_perf`` and friends): the text table and the ``-J`` JSON file.
+
+Text logs are read as printed by nccl-tests' ``writeResultHeader``/``writeBenchmarkLine*`` (src/util.cu in
+NVIDIA/nccl-tests), tolerating what launchers and copy-paste add around them:
+
+* line prefixes from ``srun -l`` (``0: ``) and ``mpirun --tag-output`` (``[1,0]<stdout>:``), indentation;
+* any other lines around the table (command lines, ``NCCL version``, OpenMPI notices, ``...`` elisions);
+* ``N/A`` in the ``#wrong`` column (runs with ``-c 0``) -> ``wrong: None``;
+* ``%g`` formatted wrong counts (``1.23457e+06``) and the extra per-iteration columns (``-I``);
+* multi-node device lists (``#  Rank 8 Group 0 Pid ... on host2 device 0 [0000:0f:00] NAME``, also the
+  pre-2.24 ``[0x0f]`` bus-id form and ``{hostname}`` placeholders).
+
+Failure decision (documented in docs/validation.md): a log in which nccl-tests reported a fatal error
+(``Test ... failure``, ``NCCL failure``, ``Invalid number of GPUs``) or that holds no result row at all
+raises :class:`ParseError` naming the lines that explain why. A log with rows but silent data corruption
+parses: the non-zero ``wrong`` counts and ``out_of_bounds`` are in the result for the gate to reject.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpufleet.parsers.errors import ParseError
+
+#: Collectives nccl-tests ships a ``<name>_perf`` binary for.
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "alltoall",
+    "broadcast",
+    "reduce_scatter",
+    "reduce",
+    "sendrecv",
+    "scatter",
+    "gather",
+    "hypercube",
+)
+
+_PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))?")
+_DEVICE = re.compile(
+    r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<device>\d+)\s+\[[^\]]*\]\s+(?P<name>.+?)\s*$"
+)
+_STARTING = re.compile(r"Collective test (?:starting|concluded):\s+(\w+?)_perf\b")
+_BINARY = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf\b")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_FAILURES = (
+    re.compile(r"Test .*failure"),
+    re.compile(r"NCCL failure"),
+    re.compile(r"Invalid number of GPUs"),
+    re.compile(r"There are not enough slots available"),
+    re.compile(r"MPI_ABORT was invoked"),
+)
+_INT = re.compile(r"^\d+$")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One half (out-of-place or in-place) of a result row."""
+
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    #: Elements that failed validation; None when the run did not check (``N/A``).
+    wrong: int | None
+
+
+@dataclass(frozen=True)
+class NcclRow:
+    size_bytes: int
+    count: int
+    type: str
+    redop: str
+    out_of_place: Measurement | None
+    in_place: Measurement | None
+
+
+@dataclass(frozen=True)
+class NcclDevice:
+    rank: int
+    host: str
+    device: int
+    name: str
+
+
+@dataclass(frozen=True)
+class NcclResult:
+    #: e.g. "all_reduce"; None when the log names no binary (a pasted table).
+    collective: str | None
+    #: Ranks listed under "# Using devices"; None when the log does not list them.
+    nranks: int | None
+    rows: list[NcclRow]
+    avg_busbw_gbs: float | None
+    out_of_bounds: int | None
+    devices: list[NcclDevice]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape ``gpufleet inspect nccl --json`` prints."""
+        return asdict(self)
+
+    @property
+    def wrong_total(self) -> int:
+        """Elements that failed validation across all rows (0 when nothing was checked)."""
+        return sum(
+            m.wrong or 0 for r in self.rows for m in (r.out_of_place, r.in_place) if m is not None
+        )
+
+
+def _number(token: str) -> float:
+    try:
+        return float(token)
+    except ValueError:
+        raise ParseError(f"not a number in the result table: {token!r}") from None
+
+
+def _wrong(token: str) -> int | None:
+    return None if token == "N/A" else int(_number(token))
+
+
+def _measurement(tokens: list[str]) -> Measurement:
+    return Measurement(
+        time_us=_number(tokens[0]),
+        algbw_gbs=_number(tokens[1]),
+        busbw_gbs=_number(tokens[2]),
+        wrong=_wrong(tokens[3]),
+    )
+
+
+def _strip(line: str) -> str:
+    return _PREFIX.sub("", line, count=1).strip()
+
+
+def _header_layout(tokens: list[str]) -> tuple[bool, int]:
+    """From the ``# size count type redop root time ...`` header: has a root column, columns per half."""
+    has_root = "root" in tokens
+    times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
+    per_half = times[1] - times[0] if len(times) >= 2 else 4
+    return has_root, per_half
+
+
+def _row(tokens: list[str], has_root: bool, per_half: int) -> NcclRow | None:
+    keys = 5 if has_root else 4
+    if len(tokens) < keys + 4 or not (_INT.match(tokens[0]) and _INT.match(tokens[1])):
+        return None
+    body = tokens[keys:]
+    if len(body) >= 2 * per_half or len(body) >= per_half + 4:
+        oop: Measurement | None = _measurement(body[0:4])
+        ip: Measurement | None = _measurement(body[per_half : per_half + 4])
+    else:
+        # Trace-replay runs print only the in-place half.
+        oop, ip = None, _measurement(body[0:4])
+    return NcclRow(
+        size_bytes=int(tokens[0]),
+        count=int(tokens[1]),
+        type=tokens[2],
+        redop=tokens[3],
+        out_of_place=oop,
+        in_place=ip,
+    )
+
+
+def _collective(text: str) -> str | None:
+    m = _STARTING.search(text) or _BINARY.search(text)
+    return m.group(1) if m else None
+
+
+def _parse_text(text: str) -> NcclResult:
+    lines = [_strip(raw) for raw in text.splitlines()]
+    failures = [ln for ln in lines if any(p.search(ln) for p in _FAILURES)]
+    if failures:
+        raise ParseError("nccl-tests run failed", details=failures)
+
+    has_root, per_half = True, 4
+    rows: list[NcclRow] = []
+    devices: list[NcclDevice] = []
+    avg: float | None = None
+    oob: int | None = None
+    for line in lines:
+        if line.startswith("#"):
+            tokens = line.lstrip("#").split()
+            if tokens[:3] == ["size", "count", "type"]:
+                has_root, per_half = _header_layout(tokens)
+            elif m := _DEVICE.match(line):
+                devices.append(
+                    NcclDevice(
+                        rank=int(m["rank"]), host=m["host"], device=int(m["device"]), name=m["name"]
+                    )
+                )
+            elif m := _OOB.match(line):
+                oob = int(m.group(1))
+            elif m := _AVG.match(line):
+                avg = float(m.group(1))
+            continue
+        row = _row(line.split(), has_root, per_half)
+        if row is not None:
+            rows.append(row)
+
+    if not rows:
+        raise ParseError(
+            "no nccl-tests result rows found (expected lines like "
+            "'  1073741824  268435456  float  sum  -1  8109.1  132.41  231.72  0 ...')"
+        )
+    return NcclResult(
+        collective=_collective(text),
+        nranks=len(devices) or None,
+        rows=rows,
+        avg_busbw_gbs=avg,
+        out_of_bounds=oob,
+        devices=devices,
+    )
+
+
+def _json_measurement(d: Any) -> Measurement | None:
+    if not isinstance(d, dict):
+        return None
+    nwrong = d.get("nwrong")
+    # "cpu_time" replaces "time" when the run used -C (report CPU time).
+    time = d["time"] if "time" in d else d["cpu_time"]
+    return Measurement(
+        time_us=float(time),
+        algbw_gbs=float(d["alg_bw"]),
+        busbw_gbs=float(d["bus_bw"]),
+        wrong=None if nwrong is None else int(nwrong),
+    )
+
+
+def _parse_json(text: str) -> NcclResult:
+    """The file ``-J``/``--output_file`` writes (JSON_FILE_VERSION 2 in nccl-tests' util.cu)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"not valid nccl-tests JSON ({e})") from None
+    if not isinstance(doc, dict) or "results" not in doc:
+        raise ParseError("nccl-tests JSON has no 'results' list; is it the file -J wrote?")
+    errors = [e for e in doc.get("errors") or [] if e]
+    if errors:
+        raise ParseError("nccl-tests run failed", details=[str(e) for e in errors])
+    config = doc.get("config") or {}
+    devices = [
+        NcclDevice(
+            rank=int(d["rank"]), host=str(d["hostname"]), device=int(d["device"]), name=str(d["device_info"])
+        )
+        for d in config.get("devices") or doc.get("devices") or []
+    ]
+    rows = [
+        NcclRow(
+            size_bytes=int(r["size"]),
+            count=int(r["count"]),
+            type=str(r["type"]),
+            redop=str(r["redop"]),
+            out_of_place=_json_measurement(r.get("out_of_place")),
+            in_place=_json_measurement(r.get("in_place")),
+        )
+        for r in doc["results"]
+    ]
+    if not rows:
+        raise ParseError("nccl-tests JSON holds no result rows")
+    args = doc.get("args") or []
+    oob = doc.get("out_of_bounds") or {}
+    avg = doc.get("average_bus_bandwidth") or {}
+    return NcclResult(
+        collective=_collective(" ".join(str(a) for a in args[:1])),
+        nranks=len(devices) or None,
+        rows=rows,
+        avg_busbw_gbs=float(avg["bandwidth"]) if "bandwidth" in avg else None,
+        out_of_bounds=int(oob["count"]) if "count" in oob else None,
+        devices=devices,
+    )
+
+
+def parse_nccl(text: str) -> NcclResult:
+    """Parse an nccl-tests log (text) or its ``-J`` JSON file; raise ParseError for failed runs."""
+    if text.lstrip().startswith("{"):
+        return _parse_json(text)
+    return _parse_text(text)

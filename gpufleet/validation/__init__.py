@@ -1,0 +1,1 @@
+"""Validation: Xid classification (``xid``) and nccl-tests acceptance gates (``gates``)."""
