@@ -1,0 +1,137 @@
+"""``gpufleet plan --stack S [--json]``: offline evaluation of the Pulumi program with mocks."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.tree import Tree
+
+from gpufleet.errors import ConfigError
+from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
+from gpufleet.spec import ClusterSpec, load_spec
+
+app = typer.Typer(add_completion=False)
+
+
+def key_inputs(res: PlannedResource) -> dict[str, Any]:
+    """The inputs worth a glance per resource type (the JSON output carries all of them)."""
+    i = res.inputs
+    meta = i.get("metadata") or {}
+    kind = res.type.rsplit(":", 1)[-1]
+    if kind == "Release":
+        return {"chart": i.get("chart"), "version": i.get("version"), "namespace": i.get("namespace"),
+                "repo": (i.get("repositoryOpts") or {}).get("repo")}
+    if kind == "NodePatch":
+        taints = [f"{t['key']}={t.get('value', '')}:{t['effect']}"
+                  for t in (i.get("spec") or {}).get("taints", [])]
+        return {"node": meta.get("name"), "labels": meta.get("labels"), "taints": taints}
+    if kind == "PersistentVolume":
+        spec = i.get("spec") or {}
+        return {"volumeHandle": (spec.get("csi") or {}).get("volumeHandle"),
+                "capacity": (spec.get("capacity") or {}).get("storage"),
+                "accessModes": spec.get("accessModes")}
+    if kind == "kubernetes":
+        return {k: v for k, v in i.items() if k in ("kubeconfig", "enableServerSideApply")}
+    if res.custom and meta:
+        out = {"name": meta.get("name")}
+        if meta.get("namespace"):
+            out["namespace"] = meta["namespace"]
+        return out
+    return {}
+
+
+def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str]) -> dict[str, Any]:
+    releases = {r.inputs.get("chart"): r.inputs.get("values")
+                for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
+    return {
+        "note": DISCLAIMER,
+        "stack": spec.stack,
+        "backend": spec.backend,
+        "lock": plan.outputs.get("lock"),
+        "resources": [{"type": r.type, "name": r.name, "parent": r.parent, "urn": r.urn,
+                       "parent_urn": r.parent_urn, "key_inputs": key_inputs(r), "inputs": r.inputs}
+                      for r in sorted(plan.resources, key=lambda r: r.urn)],
+        "values": releases,
+        "inventory": inventory,
+        "warnings": plan.warnings,
+    }
+
+
+def sandbox_inventory_source(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
+    """The local stack's hosts: the sandbox's containers (made by `gpufleet up`, reached with docker)."""
+    from gpufleet.sandbox.cluster import planned_nodes
+
+    out: dict[str, list[dict[str, Any]]] = {p.name: [] for p in spec.pools}
+    for node in planned_nodes(spec):
+        out[node.pool].append({"name": node.container, "address": node.container, "connection": "docker"})
+    return out
+
+
+def render_inventory(spec: ClusterSpec, lock: Any, outputs: dict[str, Any]) -> dict[str, str]:
+    """The files write_inventory would write, by relative path (written to a temporary folder)."""
+    from gpufleet.inventory import hosts_from_outputs, write_inventory
+
+    if not outputs.get("inventory"):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_inventory(spec, lock, hosts_from_outputs(outputs["inventory"]), root)
+        return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _print(console: Console, data: dict[str, Any]) -> None:
+    console.print(f"[bold yellow]{data['note']}[/]")
+    console.print(f"stack [bold]{data['stack']}[/] (backend {data['backend']})")
+    console.print_json(json.dumps({"lock": data["lock"]}))
+    if data["resources"]:
+        children: dict[str | None, list[dict[str, Any]]] = {}
+        for r in data["resources"]:
+            children.setdefault(r["parent_urn"], []).append(r)
+        root = Tree(f"{len(data['resources'])} resources")
+
+        def add(node: Tree, parent: str | None) -> None:
+            for r in sorted(children.get(parent, []), key=lambda x: (x["type"], x["name"])):
+                ki = json.dumps(r["key_inputs"], sort_keys=True) if r["key_inputs"] else ""
+                add(node.add(f"[cyan]{r['type']}[/] [bold]{r['name']}[/] {ki}"), r["urn"])
+
+        add(root, None)
+        console.print(root)
+    else:
+        console.print("no Kubernetes resources: this stack's nodes are not made by Pulumi")
+    for chart, vals in data["values"].items():
+        console.print(f"[bold]values for {chart}[/]")
+        console.print_json(json.dumps(vals))
+    for path, text in data["inventory"].items():
+        console.print(f"[bold]inventory file {path}[/]")
+        console.print(text, markup=False, highlight=False)
+    for w in data["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"[bold yellow]{data['note']}[/]")
+
+
+@app.command()
+def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stacks/Pulumi.<stack>.yaml)"),
+         as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """Evaluate the Pulumi program offline with mocks and print what it would declare."""
+    from gpufleet.infra.offline import evaluate
+    from gpufleet.infra.program import resolve
+
+    try:
+        spec = load_spec(stack)
+        lock = resolve(spec)
+        result = evaluate(spec, lock)
+        inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
+                                     else {"inventory": sandbox_inventory_source(spec)})
+    except ConfigError as e:
+        Console(stderr=True).print(str(e), markup=False)
+        raise typer.Exit(2) from None
+    data = plan_data(spec, result, inventory)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        _print(Console(), data)

@@ -1,0 +1,74 @@
+"""Backends: where a cluster's nodes and its Kubernetes API come from. All return :class:`BackendHandles`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpufleet.errors import ConfigError, ConfigProblem
+from gpufleet.infra.contract import BackendHandles, PoolHandle
+from gpufleet.spec import ClusterSpec, Host, stack_file
+
+
+def _host_entry(host: Host) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": host.name, "address": host.address, "connection": host.connection}
+    if host.user:
+        entry["user"] = host.user
+    return entry
+
+
+def inventory_source(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
+    """The stack output the inventory writer reads: static hosts per pool."""
+    return {p.name: [_host_entry(h) for h in p.hosts] for p in spec.pools}
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    """An existing Kubernetes cluster on bare metal: we are given a kubeconfig and the hosts of each pool."""
+
+    def __init__(self, name: str, spec: ClusterSpec, kubeconfig: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:backend:ExistingCluster", name, None, opts)
+        self.provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=kubeconfig, enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self))
+        self.handles = BackendHandles(
+            provider=self.provider,
+            pools=[PoolHandle(p, tuple(p.hosts)) for p in spec.pools],
+            inventory_source=inventory_source(spec),
+        )
+        self.register_outputs({"pools": [p.name for p in spec.pools]})
+
+
+def local_handles(spec: ClusterSpec) -> BackendHandles:
+    """The sandbox: containers made by ``gpufleet up``, not by Pulumi, so no Kubernetes provider and no
+    hosts here (the sandbox writes its own inventory with container names)."""
+    return BackendHandles(provider=None, pools=[PoolHandle(p) for p in spec.pools], inventory_source={})
+
+
+def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None) -> BackendHandles:
+    if spec.backend == "local":
+        return local_handles(spec)
+    if spec.backend == "existing":
+        missing = [p.name for p in spec.pools if not p.hosts and p.host_management == "ansible"]
+        if kubeconfig is None or missing:
+            problems = []
+            if kubeconfig is None:
+                problems.append(ConfigProblem(
+                    str(stack_file(spec.stack)), "gpufleet:kubeconfig", None,
+                    "the existing backend needs the cluster's kubeconfig (a secret)",
+                    f"pulumi config set --secret gpufleet:kubeconfig \"$(cat ~/.kube/config)\" "
+                    f"--stack {spec.stack}"))
+            for name in missing:
+                idx = [p.name for p in spec.pools].index(name)
+                problems.append(ConfigProblem(
+                    str(stack_file(spec.stack)), f"gpufleet:pools[{idx}].hosts", [],
+                    "an Ansible-managed pool of the existing backend needs its static hosts",
+                    f"list the nodes of pool {name} as hosts: [{{name: ..., address: ...}}]"))
+            raise ConfigError(problems)
+        return ExistingCluster(spec.cluster_name, spec, kubeconfig).handles
+    raise ConfigError([ConfigProblem(
+        str(stack_file(spec.stack)), "gpufleet:backend", spec.backend,
+        f"the {spec.backend} backend is not available yet (cloud backends land in their own issue)",
+        "use backend existing (a cluster you already run) or local (the sandbox)")])

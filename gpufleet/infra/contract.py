@@ -1,0 +1,33 @@
+"""The backend contract: what every backend hands the platform layer and the inventory writer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpufleet.spec import Host, NodePool
+
+if TYPE_CHECKING:
+    import pulumi_kubernetes as k8s
+
+
+@dataclass(frozen=True)
+class PoolHandle:
+    """A node pool as the backend made (or found) it."""
+
+    pool: NodePool
+    #: Hosts Ansible reaches; empty for pools whose nodes Ansible does not manage.
+    hosts: tuple[Host, ...] = ()
+
+
+@dataclass
+class BackendHandles:
+    """What every backend returns, so the platform layer and the inventory hand-off are backend-agnostic.
+
+    ``provider`` is None only for the ``local`` backend: the sandbox has no Kubernetes resources of ours.
+    """
+
+    provider: k8s.Provider | None
+    pools: list[PoolHandle]
+    #: Stack output the inventory writer reads: pool name -> list of {name, address, connection, user}.
+    inventory_source: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -1,0 +1,192 @@
+"""gpufleet's mandatory policies, as plain functions over (resource type, props) plus pulumi-policy adapters.
+
+Props are the resources' inputs as the engine reports them (camelCase, as in Kubernetes manifests).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+ROLE_LABEL = "gpufleet.io/role"
+VOLUME_LABEL = "gpufleet.io/volume"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
+PV = "kubernetes:core/v1:PersistentVolume"
+# Cloud node pools (their backends land in a later issue; the rules already apply to them).
+EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
+AKS_AGENT_POOL = "azure-native:containerservice:AgentPool"
+AWS_INSTANCE = "aws:ec2/instance:Instance"
+AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def _get(props: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = props
+    for part in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
+    """The gpufleet role label of a node or node pool resource, None when it is not one of ours."""
+    labels: Any = None
+    if resource_type == NODE_PATCH:
+        labels = _get(props, "metadata", "labels")
+    elif resource_type == EKS_NODE_GROUP:
+        labels = props.get("labels")
+    elif resource_type == GKE_NODE_POOL:
+        labels = _get(props, "nodeConfig", "labels")
+    elif resource_type == AKS_AGENT_POOL:
+        labels = props.get("nodeLabels")
+    elif resource_type in (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE):
+        labels = props.get("tags")
+    if isinstance(labels, Mapping):
+        role = labels.get(ROLE_LABEL)
+        return str(role) if role is not None else None
+    return None
+
+
+def _has_gpu_taint(resource_type: str, props: Mapping[str, Any]) -> bool:
+    if resource_type == NODE_PATCH:
+        taints = _get(props, "spec", "taints") or []
+        return any(t.get("key") == GPU_TAINT_KEY and t.get("effect") == "NoSchedule" for t in taints)
+    if resource_type in (EKS_NODE_GROUP, GKE_NODE_POOL):
+        taints = (props.get("taints") if resource_type == EKS_NODE_GROUP
+                  else _get(props, "nodeConfig", "taints")) or []
+        return any(t.get("key") == GPU_TAINT_KEY and t.get("effect") == "NO_SCHEDULE" for t in taints)
+    if resource_type == AKS_AGENT_POOL:
+        return any(str(t).startswith(f"{GPU_TAINT_KEY}=") and str(t).endswith(":NoSchedule")
+                   for t in props.get("nodeTaints") or [])
+    return True
+
+
+def gpu_pool_tainted(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if pool_role(resource_type, props) != "gpu" or resource_type in (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE):
+        return []
+    if _has_gpu_taint(resource_type, props):
+        return []
+    return [f"GPU nodes must carry the taint {GPU_TAINT_KEY}=present:NoSchedule so that only GPU "
+            f"workloads land there; add it to the pool's taints"]
+
+
+def helm_pinned(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type not in HELM_TYPES:
+        return []
+    version = props.get("version")
+    chart = props.get("chart", "?")
+    if not isinstance(version, str) or not EXACT_VERSION.match(version):
+        return [f"Helm chart {chart} must be pinned to an exact version (got {version!r})"]
+    return []
+
+
+def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if pool_role(resource_type, props) != "gpu":
+        return []
+    public = False
+    if resource_type == AKS_AGENT_POOL:
+        public = bool(props.get("enableNodePublicIP"))
+    elif resource_type == AWS_INSTANCE:
+        public = bool(props.get("associatePublicIpAddress"))
+    elif resource_type == AWS_LAUNCH_TEMPLATE:
+        public = any(bool(n.get("associatePublicIpAddress")) for n in props.get("networkInterfaces") or [])
+    elif resource_type == GKE_NODE_POOL:
+        public = _get(props, "networkConfig", "enablePrivateNodes") is False
+    if public:
+        return ["GPU nodes must not get public IP addresses; reach them through the management network"]
+    return []
+
+
+def system_pool_exists(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    roles = {pool_role(t, p) for t, p in resources}
+    if "gpu" in roles and "system" not in roles:
+        return ["GPU pools need a system pool: operators and monitoring must not run on GPU nodes"]
+    return []
+
+
+def volumes_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    handles: dict[str, set[str]] = {"datasets": set(), "checkpoints": set()}
+    for type_, props in resources:
+        if type_ != PV:
+            continue
+        kind = (_get(props, "metadata", "labels") or {}).get(VOLUME_LABEL)
+        handle = _get(props, "spec", "csi", "volumeHandle")
+        if kind in handles and isinstance(handle, str):
+            handles[kind].add(handle)
+    shared = sorted(handles["datasets"] & handles["checkpoints"])
+    if shared:
+        return [f"dataset and checkpoint volumes must be distinct; both use {', '.join(shared)}"]
+    return []
+
+
+ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
+StackCheck = Callable[[Iterable[tuple[str, Mapping[str, Any]]]], list[str]]
+
+RESOURCE_POLICIES: dict[str, tuple[str, ResourceCheck]] = {
+    "gpu-pools-tainted": ("GPU node pools carry nvidia.com/gpu=present:NoSchedule", gpu_pool_tainted),
+    "helm-charts-pinned": ("Helm charts are pinned to exact versions", helm_pinned),
+    "no-public-ip-gpu-nodes": ("GPU nodes have no public IP addresses", no_public_ip_on_gpu_nodes),
+}
+STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
+    "system-pool-exists": ("a system pool exists when GPU pools do", system_pool_exists),
+    "datasets-checkpoints-distinct": ("dataset and checkpoint volumes are distinct", volumes_distinct),
+}
+
+
+def violations(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, list[str]]:
+    """Every policy over a list of (type, props); the pack's verdict without the engine."""
+    items = list(resources)
+    out: dict[str, list[str]] = {}
+    for name, (_d, check) in RESOURCE_POLICIES.items():
+        found = [msg for t, p in items for msg in check(t, p)]
+        if found:
+            out[name] = found
+    for name, (_d, stack_check) in STACK_POLICIES.items():
+        found = stack_check(items)
+        if found:
+            out[name] = found
+    return out
+
+
+def _resource_validator(check: ResourceCheck) -> Callable[[Any, Callable[..., None]], None]:
+    def validate(args: Any, report_violation: Callable[..., None]) -> None:
+        for msg in check(args.resource_type, args.props):
+            report_violation(msg, None)
+    return validate
+
+
+def _stack_validator(check: StackCheck) -> Callable[[Any, Callable[..., None]], None]:
+    def validate(args: Any, report_violation: Callable[..., None]) -> None:
+        for msg in check([(r.resource_type, r.props) for r in args.resources]):
+            report_violation(msg, None)
+    return validate
+
+
+def policies() -> list[Any]:
+    """The pulumi-policy objects (constructing these does not start a server; PolicyPack does)."""
+    from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
+
+    out: list[Any] = [
+        ResourceValidationPolicy(name=name, description=desc, validate=_resource_validator(check),
+                                 enforcement_level=EnforcementLevel.MANDATORY)
+        for name, (desc, check) in RESOURCE_POLICIES.items()
+    ]
+    out += [
+        StackValidationPolicy(name=name, description=desc, validate=_stack_validator(check),
+                              enforcement_level=EnforcementLevel.MANDATORY)
+        for name, (desc, check) in STACK_POLICIES.items()
+    ]
+    return out
+
+
+def build_pack() -> Any:
+    """Construct the PolicyPack: starts the analyzer server and blocks (call only from __main__)."""
+    from pulumi_policy import EnforcementLevel, PolicyPack
+
+    return PolicyPack(name="gpufleet", policies=policies(), enforcement_level=EnforcementLevel.MANDATORY)

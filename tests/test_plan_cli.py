@@ -1,0 +1,73 @@
+"""``gpufleet plan`` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from gpufleet.cli.plan import app
+
+NOTE = "offline evaluation with mocks — this is not `pulumi preview`"
+
+
+def test_plan_json_onprem() -> None:
+    r = CliRunner().invoke(app, ["--stack", "onprem-h100", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["note"] == NOTE
+    assert data["backend"] == "existing"
+    node = next(x for x in data["resources"] if x["name"] == "node-gpu-a-1")
+    assert node["type"] == "kubernetes:core/v1:NodePatch"
+    assert node["parent"] == "separation"
+    assert node["key_inputs"] == {
+        "node": "gpu-a-1",
+        "labels": {"gpufleet.io/pool": "h100-a", "gpufleet.io/role": "gpu"},
+        "taints": ["nvidia.com/gpu=present:NoSchedule"],
+    }
+    rel = next(x for x in data["resources"] if x["type"].endswith("Release") and x["name"] == "gpu-operator")
+    assert rel["key_inputs"] == {
+        "chart": "gpu-operator",
+        "version": "v26.7.0",
+        "namespace": "gpu-operator",
+        "repo": "https://helm.ngc.nvidia.com/nvidia",
+    }
+    assert data["values"]["gpu-operator"]["driver"]["version"] == "570.172.08"
+    hosts = yaml.safe_load(data["inventory"]["hosts.yml"])
+    assert hosts["all"]["children"]["pool_h100-a"]["hosts"]["gpu-a-1"]["ansible_host"] == "192.0.2.21"
+    assert sorted(data["inventory"]) == [
+        "group_vars/all/cluster.yml",
+        "group_vars/all/versions.yml",
+        "hosts.yml",
+    ]
+    assert "offline-plan-placeholder-kubeconfig" not in r.output
+
+
+def test_plan_local_shows_lock_and_inventory_only() -> None:
+    r = CliRunner().invoke(app, ["--stack", "local", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["resources"] == [] and data["values"] == {}
+    assert data["lock"]["gpu_operator"] == "v26.7.0"
+    hosts = yaml.safe_load(data["inventory"]["hosts.yml"])["all"]["children"]
+    assert hosts["pool_gpu"]["hosts"]["gpufleet-local-gpu-1"] == {
+        "ansible_host": "gpufleet-local-gpu-1",
+        "gpufleet_pool": "gpu",
+        "ansible_connection": "community.docker.docker",
+    }
+    assert list(hosts["system"]["hosts"]) == ["gpufleet-local-control-0"]
+
+
+def test_plan_human_output_states_it_is_not_a_preview() -> None:
+    r = CliRunner().invoke(app, ["--stack", "onprem-h100"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == NOTE
+    assert r.output.rstrip().splitlines()[-1] == NOTE
+    assert "kubernetes:helm.sh/v3:Release gpu-operator" in r.output
+
+
+def test_plan_bad_stack_names_the_file() -> None:
+    r = CliRunner().invoke(app, ["--stack", "nope"])
+    assert r.exit_code == 2
+    assert "stacks/Pulumi.nope.yaml" in r.output and "stack file not found" in r.output

@@ -1,0 +1,123 @@
+"""The policy pack's functions, called directly (constructing PolicyPack would start a server)."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpufleet import REPO_ROOT
+from gpufleet.infra.offline import evaluate
+from gpufleet.lock import resolve_lock
+from gpufleet.spec import STACKS_DIR, load_spec, stack_name
+
+sys.path.insert(0, str(REPO_ROOT / "policy"))
+import gpufleet_policies as gp
+
+GPU_NODE = {
+    "metadata": {"name": "gpu-a-0", "labels": {"gpufleet.io/role": "gpu"}},
+    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+}
+SYS_NODE = {"metadata": {"name": "sys-0", "labels": {"gpufleet.io/role": "system"}}, "spec": {"taints": []}}
+TAINT_MSG = (
+    "GPU nodes must carry the taint nvidia.com/gpu=present:NoSchedule so that only GPU workloads "
+    "land there; add it to the pool's taints"
+)
+
+
+def test_untainted_gpu_pool_rejected() -> None:
+    untainted = {"metadata": GPU_NODE["metadata"], "spec": {"taints": []}}
+    assert gp.gpu_pool_tainted(gp.NODE_PATCH, untainted) == [TAINT_MSG]
+    assert gp.gpu_pool_tainted(gp.NODE_PATCH, GPU_NODE) == []
+    assert gp.gpu_pool_tainted(gp.NODE_PATCH, SYS_NODE) == []
+    eks = {
+        "labels": {"gpufleet.io/role": "gpu"},
+        "taints": [{"key": "nvidia.com/gpu", "effect": "NO_SCHEDULE"}],
+    }
+    assert gp.gpu_pool_tainted(gp.EKS_NODE_GROUP, eks) == []
+    assert gp.gpu_pool_tainted(gp.EKS_NODE_GROUP, {**eks, "taints": []}) == [TAINT_MSG]
+    aks = {"nodeLabels": {"gpufleet.io/role": "gpu"}, "nodeTaints": ["nvidia.com/gpu=present:NoSchedule"]}
+    assert gp.gpu_pool_tainted(gp.AKS_AGENT_POOL, aks) == []
+    assert gp.gpu_pool_tainted(gp.AKS_AGENT_POOL, {**aks, "nodeTaints": []}) == [TAINT_MSG]
+
+
+def test_resource_adapter_reports_through_pulumi_callback() -> None:
+    reported: list[tuple[str, Any]] = []
+    validate = gp._resource_validator(gp.gpu_pool_tainted)
+    args = SimpleNamespace(resource_type=gp.NODE_PATCH, props={"metadata": GPU_NODE["metadata"], "spec": {}})
+    validate(args, lambda msg, urn: reported.append((msg, urn)))
+    assert reported == [(TAINT_MSG, None)]
+
+
+def test_stack_adapter_sees_all_resources() -> None:
+    reported: list[str] = []
+    validate = gp._stack_validator(gp.system_pool_exists)
+    args = SimpleNamespace(resources=[SimpleNamespace(resource_type=gp.NODE_PATCH, props=GPU_NODE)])
+    validate(args, lambda msg, urn: reported.append(msg))
+    assert reported == ["GPU pools need a system pool: operators and monitoring must not run on GPU nodes"]
+
+
+def test_helm_versions_must_be_exact() -> None:
+    rel = "kubernetes:helm.sh/v3:Release"
+    assert gp.helm_pinned(rel, {"chart": "gpu-operator", "version": "v26.7.0"}) == []
+    assert gp.helm_pinned(rel, {"chart": "network-operator", "version": "25.7.0"}) == []
+    assert gp.helm_pinned(rel, {"chart": "gpu-operator", "version": "~26.7"}) == [
+        "Helm chart gpu-operator must be pinned to an exact version (got '~26.7')"
+    ]
+    assert gp.helm_pinned(rel, {"chart": "x"}) == [
+        "Helm chart x must be pinned to an exact version (got None)"
+    ]
+
+
+def test_no_public_ips_on_gpu_nodes() -> None:
+    aks = {"nodeLabels": {"gpufleet.io/role": "gpu"}, "enableNodePublicIP": True}
+    assert gp.no_public_ip_on_gpu_nodes(gp.AKS_AGENT_POOL, aks) == [
+        "GPU nodes must not get public IP addresses; reach them through the management network"
+    ]
+    assert gp.no_public_ip_on_gpu_nodes(gp.AKS_AGENT_POOL, {**aks, "enableNodePublicIP": False}) == []
+    lt = {"tags": {"gpufleet.io/role": "gpu"}, "networkInterfaces": [{"associatePublicIpAddress": True}]}
+    assert len(gp.no_public_ip_on_gpu_nodes(gp.AWS_LAUNCH_TEMPLATE, lt)) == 1
+    lt_sys = {**lt, "tags": {"gpufleet.io/role": "system"}}
+    assert gp.no_public_ip_on_gpu_nodes(gp.AWS_LAUNCH_TEMPLATE, lt_sys) == []
+
+
+def test_dataset_and_checkpoint_volumes_distinct() -> None:
+    def pv(kind: str, handle: str) -> tuple[str, dict[str, Any]]:
+        return gp.PV, {
+            "metadata": {"labels": {"gpufleet.io/volume": kind}},
+            "spec": {"csi": {"volumeHandle": handle}},
+        }
+
+    assert gp.volumes_distinct([pv("datasets", "n@o2ib:/ai/d"), pv("checkpoints", "n@o2ib:/ai/c")]) == []
+    assert gp.volumes_distinct([pv("datasets", "n@o2ib:/ai"), pv("checkpoints", "n@o2ib:/ai")]) == [
+        "dataset and checkpoint volumes must be distinct; both use n@o2ib:/ai"
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(STACKS_DIR.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
+def test_bundled_stacks_pass_every_policy(path) -> None:  # type: ignore[no-untyped-def]
+    spec = load_spec(stack_name(path))
+    plan = evaluate(spec, resolve_lock(spec))
+    assert gp.violations((r.type, r.inputs) for r in plan.resources) == {}
+
+
+def test_onprem_stack_without_taint_fails_the_pack() -> None:
+    spec = load_spec("onprem-h100")
+    plan = evaluate(spec, resolve_lock(spec))
+    resources = [(r.type, r.inputs) for r in plan.resources]
+    stripped = [(t, {**p, "spec": {"taints": []}}) if t == gp.NODE_PATCH else (t, p) for t, p in resources]
+    assert gp.violations(stripped) == {"gpu-pools-tainted": [TAINT_MSG] * 4}
+
+
+def test_policies_construct_without_a_server() -> None:
+    pols = gp.policies()
+    assert [p.name for p in pols] == [
+        "gpu-pools-tainted",
+        "helm-charts-pinned",
+        "no-public-ip-gpu-nodes",
+        "system-pool-exists",
+        "datasets-checkpoints-distinct",
+    ]
+    assert all(p.enforcement_level.value == "mandatory" for p in pols)
