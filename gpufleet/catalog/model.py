@@ -1,0 +1,84 @@
+"""Typed shape of a GPU catalog entry (the data lives in gpus.yaml next to this module)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BusbwGate(_Frozen):
+    """Acceptance gate for one nccl-tests collective: busbw at or above this for messages >= min_bytes."""
+
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+    #: single-node: one board over NVLink/PCIe; multi-node: across the data fabric.
+    scope: Literal["single-node", "multi-node"]
+    min_bytes: int = Field(gt=0)
+    busbw_gbs: float = Field(gt=0)
+    #: What the number assumes (GPUs per node, NICs per GPU) -- gates are meaningless without it.
+    assumes: str
+    source: str
+
+
+class GpuModel(_Frozen):
+    key: str
+    #: Product name exactly as ``nvidia-smi --query-gpu=name`` prints it.
+    name: str
+    architecture: Literal["ampere", "ada", "hopper", "blackwell"]
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    min_driver_branch: int
+    #: Oldest CUDA toolkit (major.minor) that can build for this compute capability.
+    min_cuda: str = Field(pattern=r"^\d+\.\d+$")
+    power_default_w: int
+    power_min_w: int
+    power_max_w: int
+    memory_gib: int
+    #: Framebuffer as nvidia-smi reports it (memory.total), where a real capture shows it.
+    memory_mib_reported: int | None = None
+    nvlink_generation: int | None
+    nvlink_bw_gbs_per_gpu: int
+    #: HGX boards with NVSwitch need nvidia-fabricmanager (and NSCQ) at exactly the driver version.
+    nvswitch: bool
+    mig: bool
+    open_modules_required: bool
+    gpus_per_node: int
+    gates: tuple[BusbwGate, ...] = ()
+    #: field name -> where the number comes from.
+    sources: dict[str, str]
+
+    def gate(self, collective: str = "all_reduce", scope: str = "single-node") -> BusbwGate | None:
+        for g in self.gates:
+            if g.collective == collective and g.scope == scope:
+                return g
+        return None
+
+    def resolve_power_limit(self, value: str) -> int:
+        """Watts for a pool's ``power_limit`` ("700", "default", "max", "min", "90%" of default).
+
+        Raises ValueError with the allowed range when the value is malformed or out of range.
+        """
+        v = value.strip().lower()
+        if v == "default":
+            watts = self.power_default_w
+        elif v == "max":
+            watts = self.power_max_w
+        elif v == "min":
+            watts = self.power_min_w
+        elif v.endswith("%") and v[:-1].isdigit():
+            watts = round(self.power_default_w * int(v[:-1]) / 100)
+        elif v.removesuffix("w").isdigit():
+            watts = int(v.removesuffix("w"))
+        else:
+            raise ValueError(
+                f"power limit {value!r} is not watts, 'default', 'max', 'min' or a percentage of default"
+            )
+        if not self.power_min_w <= watts <= self.power_max_w:
+            raise ValueError(
+                f"power limit {watts} W is outside {self.name}'s range "
+                f"{self.power_min_w}-{self.power_max_w} W"
+            )
+        return watts

@@ -1,0 +1,74 @@
+"""``gpufleet lock``: show the resolved version lock of a stack and check its rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.errors import ConfigError
+from gpufleet.lock import VERSION_KEYS, Lock, load_lock
+from gpufleet.lock.model import FOLLOW_DRIVER
+from gpufleet.spec import ClusterSpec
+
+app = typer.Typer(help="The stack's version lock (profile + overrides) and its compatibility rules.",
+                  no_args_is_help=True)
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name under stacks/ or a stack file path")]
+
+
+def _load(stack: str, console: Console) -> tuple[ClusterSpec, Lock]:
+    try:
+        return load_lock(stack)
+    except ConfigError as e:
+        header = Text(f"{len(e.problems)} problem(s) in the version lock of stack {stack}:", style="bold red")
+        console.print(header, soft_wrap=True)
+        for p in e.problems:
+            # Plain print: a problem names paths and versions that rich markup must not reinterpret.
+            console.print(f"- {p}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _origin(spec: ClusterSpec, key: str) -> str:
+    if key in spec.lock.versions:
+        return "override"
+    if key in FOLLOW_DRIVER:
+        return "= driver"
+    return "profile"
+
+
+@app.command()
+def show(stack: StackOpt,
+         as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
+    """Print the resolved lock (exit 1, listing every problem, when it breaks a rule)."""
+    console = Console()
+    spec, lock = _load(stack, console)
+    if as_json:
+        typer.echo(json.dumps(lock.model_dump(mode="json"), indent=2))
+        return
+    table = Table(title=f"Version lock of stack {spec.stack} (profile {lock.profile})")
+    table.add_column("entry")
+    table.add_column("version")
+    table.add_column("from")
+    for key in VERSION_KEYS:
+        value = getattr(lock, key)
+        table.add_row(key, "-" if value is None else str(value), _origin(spec, key))
+    table.add_row("driver_managed_by", lock.driver_managed_by, "pools' host_management")
+    table.add_row("toolkit_managed_by", lock.toolkit_managed_by, "pools' host_management")
+    table.add_row("cuda_compat", lock.cuda_compat, "gpufleet:lock.cuda_compat")
+    fm_required = str(lock.fabric_manager_required).lower()
+    table.add_row("fabric_manager_required", fm_required, "pools' GPUs (NVSwitch)")
+    console.print(table)
+
+
+@app.command()
+def check(stack: StackOpt) -> None:
+    """Check every compatibility rule; exit 0 when the lock is valid, 1 listing every problem."""
+    console = Console()
+    spec, lock = _load(stack, console)
+    console.print(f"lock of stack {spec.stack} is valid (profile {lock.profile}, driver {lock.driver}, "
+                  f"CUDA {lock.cuda})", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,60 @@
+"""The resolved version lock of a stack."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: Entries a profile sets and a stack may override (``gpufleet:lock.versions.<key>``), in display order.
+VERSION_KEYS: tuple[str, ...] = (
+    "driver",
+    "kernel_module",
+    "fabric_manager",
+    "nscq",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "dcgm",
+    "container_toolkit",
+    "gpu_operator",
+    "dcgm_exporter_chart",
+    "rdma",
+    "lustre_client",
+    "kernel",
+)
+
+#: Entries that follow the driver unless overridden: NVIDIA releases them with the driver, same version.
+FOLLOW_DRIVER: tuple[str, ...] = ("fabric_manager", "nscq")
+
+Manager = Literal["host", "operator"]
+
+
+class Lock(BaseModel):
+    """Every pinned version of one stack; one lock for all pools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stack: str = ""
+    profile: str
+    driver: str
+    driver_branch: int
+    kernel_module: Literal["open", "proprietary"]
+    fabric_manager: str
+    nscq: str
+    cuda: str
+    cudnn: str
+    nccl: str
+    dcgm: str
+    container_toolkit: str
+    gpu_operator: str
+    dcgm_exporter_chart: str
+    rdma: str
+    lustre_client: str
+    kernel: str | None = None
+    #: Who installs the driver / container toolkit: our Ansible roles ("host") or the GPU Operator.
+    driver_managed_by: Manager = "host"
+    toolkit_managed_by: Manager = "host"
+    cuda_compat: Literal["strict", "minor-version"] = "strict"
+    #: True when a pool's GPU sits on an NVSwitch board: fabric manager and NSCQ are installed there.
+    fabric_manager_required: bool = False
