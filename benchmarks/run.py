@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from gpufleet import REPO_ROOT
 

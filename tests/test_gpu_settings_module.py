@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -35,7 +34,12 @@ def test_old_dtd_power_readings() -> None:
     driver, gpus = gs.parse_state(_xml("a100-sxm4-40gb_driver510.47.03_mig-enabled_netdata.xml"))
     assert driver == "510.47.03"
     g = gpus[0]
-    assert (g["power_limit_w"], g["power_default_w"], g["power_min_w"], g["power_max_w"]) == (400.0, 400.0, 100.0, 400.0)
+    assert (g["power_limit_w"], g["power_default_w"], g["power_min_w"], g["power_max_w"]) == (
+        400.0,
+        400.0,
+        100.0,
+        400.0,
+    )
     assert g["persistence_mode"] is False
 
 
@@ -43,7 +47,12 @@ def test_new_dtd_gpu_power_readings() -> None:
     driver, gpus = gs.parse_state(_xml("a100-sxm4-80gb_driver535.54.03_mig-enabled_telegraf.xml"))
     assert driver == "535.54.03"
     g = gpus[0]
-    assert (g["power_limit_w"], g["power_default_w"], g["power_min_w"], g["power_max_w"]) == (500.0, 500.0, 100.0, 500.0)
+    assert (g["power_limit_w"], g["power_default_w"], g["power_min_w"], g["power_max_w"]) == (
+        500.0,
+        500.0,
+        100.0,
+        500.0,
+    )
     assert g["index"] == 1  # minor_number, not position
 
 
@@ -62,15 +71,26 @@ def test_every_real_capture_parses(xml: str) -> None:
 
 
 def _gpu(**kw: Any) -> dict[str, Any]:
-    base = {"index": 3, "uuid": "GPU-x", "pci_bus_id": "00000000:9A:00.0", "name": "H100",
-            "persistence_mode": False, "power_limit_w": 700.0, "power_default_w": 700.0, "power_min_w": 200.0,
-            "power_max_w": 700.0, "clocks_graphics_mhz": None, "clocks_memory_mhz": None}
+    base = {
+        "index": 3,
+        "uuid": "GPU-x",
+        "pci_bus_id": "00000000:9A:00.0",
+        "name": "H100",
+        "persistence_mode": False,
+        "power_limit_w": 700.0,
+        "power_default_w": 700.0,
+        "power_min_w": 200.0,
+        "power_max_w": 700.0,
+        "clocks_graphics_mhz": None,
+        "clocks_memory_mhz": None,
+    }
     base.update(kw)
     return base
 
 
-@pytest.mark.parametrize(("request_", "watts"), [("700", 700.0), ("default", 700.0), ("max", 700.0),
-                                                 ("90%", 630.0), ("450 W", 450.0)])
+@pytest.mark.parametrize(
+    ("request_", "watts"), [("700", 700.0), ("default", 700.0), ("max", 700.0), ("90%", 630.0), ("450 W", 450.0)]
+)
 def test_target_power(request_: str, watts: float) -> None:
     assert gs.target_power(request_, _gpu()) == watts
 
@@ -78,8 +98,10 @@ def test_target_power(request_: str, watts: float) -> None:
 def test_target_power_outside_range_names_gpu_value_and_range() -> None:
     with pytest.raises(ValueError) as e:
         gs.target_power("800", _gpu())
-    assert str(e.value) == ("power_limit '800' = 800.00 W is outside GPU 3 (00000000:9A:00.0)'s range "
-                            "200.00-700.00 W: choose a value in that range")
+    assert str(e.value) == (
+        "power_limit '800' = 800.00 W is outside GPU 3 (00000000:9A:00.0)'s range "
+        "200.00-700.00 W: choose a value in that range"
+    )
 
 
 def test_target_power_rejects_garbage() -> None:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import typer
 
+from gpufleet.cli import cluster
+from gpufleet.cli import inspect as inspect_cmd
+from gpufleet.cli import lock as lock_cmd
+from gpufleet.cli import plan as plan_cmd
+
 app = typer.Typer(
     name="gpufleet",
     help="Infrastructure-as-code for ML GPU clusters.",
     no_args_is_help=True,
     add_completion=False,
 )
+cluster.register(app)
+app.add_typer(lock_cmd.app, name="lock", help="Show and check the stack's version lock.")
+app.add_typer(inspect_cmd.app, name="inspect", help="Parse real tool output offline (nvidia-smi XML, nccl-tests).")
+app.registered_commands.extend(plan_cmd.app.registered_commands)
 
 
 def main() -> None:

@@ -54,13 +54,19 @@ def install_packages(log: bool = True) -> None:
     if not missing:
         return
     if os.geteuid() != 0:
-        raise EngineError(f"missing packages {', '.join(missing)}: run as root or `apt-get install {' '.join(missing)}`")
+        raise EngineError(
+            f"missing packages {', '.join(missing)}: run as root or `apt-get install {' '.join(missing)}`"
+        )
     if log:
         print(f"installing host packages: {' '.join(missing)}", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def ensure_engine(timeout: float = 60.0) -> bool:

@@ -28,7 +28,8 @@ def driver_packages(version: str, module: str = "open") -> list[str]:
 
 def installed_version(host: Any, pkg: str) -> str | None:
     r = host.run("dpkg-query -W -f='${Status}|${Version}' %s", pkg)
-    if r.rc != 0 or "install ok installed" not in r.stdout:
+    # Status is "<want> ok installed"; want is "hold" for held packages.
+    if r.rc != 0 or not r.stdout.split("|", 1)[0].endswith(" ok installed"):
         return None
     return str(r.stdout.split("|", 1)[1])
 
