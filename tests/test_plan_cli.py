@@ -39,6 +39,8 @@ def test_plan_json_onprem() -> None:
     assert sorted(data["inventory"]) == [
         "group_vars/all/cluster.yml",
         "group_vars/all/versions.yml",
+        "group_vars/pool_h100-a/gpu_settings.yml",
+        "group_vars/pool_h100-b/gpu_settings.yml",
         "hosts.yml",
     ]
     assert "offline-plan-placeholder-kubeconfig" not in r.output

@@ -14,8 +14,9 @@ from gpufleet.errors import ConfigError
 from gpufleet.workflow import converge as run_converge
 from gpufleet.workflow import dump_json, sandbox_report
 
-console = Console(stderr=True)
-out = Console()
+# Pipes and CI logs get a wide plain console, so tables are not squeezed to 80 columns.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]
@@ -57,7 +58,7 @@ def up(stack: StackOpt = "local", json_out: JsonOpt = False,
     plat = platform.prepare(log=True)
     states = cluster.up(spec, plat.image)
     console.print(f"nodes: {', '.join(s.node.hostname for s in states)}")
-    result = run_converge(stack, console=console, live=sys.stderr.isatty())
+    result = run_converge(stack, console=console)
     reports = sandbox_report(spec, lock)
     _print_nodes(reports)
     elapsed = time.monotonic() - t0

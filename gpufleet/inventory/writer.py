@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpufleet import REPO_ROOT
-from gpufleet.spec import ClusterSpec, Host
+from gpufleet.spec import ClusterSpec, Host, NodePool
 
 INVENTORIES_DIR = REPO_ROOT / "inventories"
 HEADER = "# Written by gpufleet from the stack's outputs; edit the stack file instead.\n"
@@ -67,6 +67,11 @@ def cluster_vars(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
+def pool_role_vars(pool: NodePool) -> dict[str, Any]:
+    """Role variables a pool's own settings decide (its power limit goes to the gpu_settings role)."""
+    return {"gpu_settings_power_limit": pool.power_limit} if pool.power_limit else {}
+
+
 def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Sequence[Host]],
                     out_dir: Path) -> Path:
     """Write ``hosts.yml`` and group_vars for ``spec`` into ``out_dir``; return the hosts.yml path.
@@ -94,6 +99,10 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
     hosts_file = out_dir / "hosts.yml"
     _dump(hosts_file, {"all": {"children": children}})
     _dump(out_dir / "group_vars" / "all" / "cluster.yml", cluster_vars(spec))
+    for pool in spec.pools:
+        pool_vars = pool_role_vars(pool)
+        if pool_vars:
+            _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "gpu_settings.yml", pool_vars)
     from gpufleet.lock import write_group_vars
 
     write_group_vars(lock, out_dir)

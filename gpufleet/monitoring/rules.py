@@ -135,7 +135,7 @@ def render_prometheus_rule(
 
 def dump(doc: dict[str, Any]) -> str:
     header = "# Rendered by gpufleet.monitoring.rules (python -m gpufleet.monitoring.rules); do not edit.\n"
-    return header + yaml.safe_dump(doc, sort_keys=False, width=120)
+    return header + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
 def write_files() -> None:
