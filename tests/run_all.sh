@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite: brings the local platform up from nothing with the same code `make up` uses, runs the
-# linters, pytest and every Molecule scenario, then stops what it started. `tests/run_all.sh lint` lints only.
+# linters, pytest and every Molecule scenario, then stops what it started.
+# `tests/run_all.sh lint` lints only; `tests/run_all.sh unit` stops after pytest; `tests/run_all.sh molecule S...`
+# runs only the named scenarios after the linters and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -12,10 +14,8 @@ section() { printf '\n== %s (%ss)\n' "$1" "$(( $(date +%s) - t0 ))"; }
 
 section "platform"
 started=$($BIN/python -m gpufleet.sandbox.platform start | tail -n1)
-cleanup() {
-  if [ "$started" = "started" ]; then $BIN/python -m gpufleet.sandbox.platform stop; else
-    $BIN/python -c 'from gpufleet.sandbox.platform import remove_test_containers as r; r()'; fi
-}
+# Stop only what this run started (Molecule destroys its own containers, also after a failure).
+cleanup() { if [ "$started" = "started" ]; then $BIN/python -m gpufleet.sandbox.platform stop; fi; }
 trap cleanup EXIT
 
 section "ruff";          $BIN/ruff check .
@@ -27,9 +27,12 @@ section "ansible-lint";  $BIN/ansible-lint --profile production --offline -q
 section "pytest"
 $BIN/pytest -q -p no:cacheprovider tests
 
+[ "$only" = "unit" ] && exit 0
+
 section "molecule"
+if [ "$only" = "molecule" ]; then shift; scenarios="$*"; else
 scenarios=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -not -path 'molecule/shared/*' \
-            | xargs -n1 dirname | xargs -n1 basename | sort)
+            | xargs -n1 dirname | xargs -n1 basename | sort); fi
 passed=0; failed=0
 for s in $scenarios; do
   section "molecule $s"
