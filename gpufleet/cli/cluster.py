@@ -122,8 +122,7 @@ def converge(stack: StackOpt = "local",
              json_out: JsonOpt = False) -> None:
     """Run ansible/site.yml against the stack's inventory with live per-host progress."""
     try:
-        result = run_converge(stack, limit=limit, check=check, diff=diff, console=console,
-                              live=sys.stderr.isatty())
+        result = run_converge(stack, limit=limit, check=check, diff=diff, console=console)
     except ConfigError as e:
         _fail_config(e)
         return
