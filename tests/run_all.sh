@@ -33,11 +33,21 @@ section "molecule"
 if [ "$only" = "molecule" ]; then shift; scenarios="$*"; else
 scenarios=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -not -path 'molecule/shared/*' \
             | xargs -n1 dirname | xargs -n1 basename | sort); fi
-passed=0; failed=0
-for s in $scenarios; do
-  section "molecule $s"
-  if $BIN/molecule -c molecule/shared/base.yml test -s "$s"; then passed=$((passed+1)); else failed=$((failed+1)); fi
-done
+# Scenarios are independent (own containers), so MOLECULE_JOBS of them run at once; each log is printed
+# as its scenario finishes, failed ones in full.
+logs=.cache/molecule-logs; rm -rf "$logs"; mkdir -p "$logs"
+run_scenario() {
+  local s=$1 t=$(date +%s) verdict=passed
+  $BIN/molecule -c molecule/shared/base.yml test -s "$s" > "$logs/$s.log" 2>&1 || verdict=failed
+  echo "$s $verdict $(( $(date +%s) - t ))s" >> "$logs/results"
+  { printf '\n== molecule %s: %s in %ss\n' "$s" "$verdict" "$(( $(date +%s) - t ))"
+    if [ "$verdict" = failed ]; then cat "$logs/$s.log"; else grep -E "passed|Executed: Successful|RECAP|changed=" "$logs/$s.log" | tail -n 12; fi
+  } | flock "$logs/.print" cat
+}
+export -f run_scenario; export BIN logs
+printf '%s\n' $scenarios | xargs -r -P "${MOLECULE_JOBS:-2}" -I{} bash -c 'run_scenario "$@"' _ {}
 section "done"
+sort "$logs/results"
+passed=$(grep -c " passed " "$logs/results" || true); failed=$(grep -c " failed " "$logs/results" || true)
 echo "molecule: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
