@@ -11,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from gpufleet.sandbox import cluster, collections, engine, image
+from gpufleet.sandbox import cluster, collections, engine, image, tools
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ def prepare(log: bool = True) -> Platform:
     from gpufleet.fixture_repo import build_repo
 
     build_repo(cluster.FIXTURE_REPO_DIR)
+    tools.ensure_promtool()
     return Platform(started, tag)
 
 
