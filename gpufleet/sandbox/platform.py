@@ -21,6 +21,7 @@ class Platform:
 
 
 def prepare(log: bool = True) -> Platform:
+    engine.install_packages(log)
     started = engine.ensure_engine()
     collections.ensure_collections(log)
     tag = image.build_node(log)
