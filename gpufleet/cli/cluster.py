@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpufleet.errors import ConfigError
 from gpufleet.workflow import converge as run_converge
@@ -24,7 +25,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable 
 
 def _fail_config(e: ConfigError) -> None:
     for p in e.problems:
-        console.print(f"[red]error[/red] {p}", highlight=False, markup=True)
+        # Plain text on one line: key paths like profile[h100-cuda12.8] are not markup, and the message is exact.
+        console.print(Text.assemble(("error", "red"), f" {p}"), soft_wrap=True)
     raise typer.Exit(1)
 
 

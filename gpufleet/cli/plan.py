@@ -13,7 +13,7 @@ from rich.tree import Tree
 
 from gpufleet.errors import ConfigError
 from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
-from gpufleet.spec import ClusterSpec, load_spec
+from gpufleet.spec import ClusterSpec
 
 app = typer.Typer(add_completion=False)
 
@@ -119,16 +119,17 @@ def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stack
          as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Evaluate the Pulumi program offline with mocks and print what it would declare."""
     from gpufleet.infra.offline import evaluate
-    from gpufleet.infra.program import resolve
+    from gpufleet.lock import load_lock
 
     try:
-        spec = load_spec(stack)
-        lock = resolve(spec)
+        # load_lock, not load_spec + resolve: problems must name the file given, also a path outside stacks/.
+        spec, lock = load_lock(stack)
         result = evaluate(spec, lock)
         inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
                                      else {"inventory": sandbox_inventory_source(spec)})
     except ConfigError as e:
-        Console(stderr=True).print(str(e), markup=False)
+        # soft_wrap: one problem per line, as `gpufleet lock check` prints them, whatever the terminal width.
+        Console(stderr=True).print(str(e), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     data = plan_data(spec, result, inventory)
     if as_json:

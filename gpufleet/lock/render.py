@@ -27,6 +27,31 @@ GPU_OPERATOR_CHART = "gpu-operator"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
 
 
+#: Lock entry -> the role variable it is rendered to. gpufleet.lock.ansible_check reads the same names back,
+#: so the rules checked on an inventory are the ones checked on the stack.
+ENTRY_VARS: dict[str, str] = {
+    "driver": "nvidia_driver_version",
+    "kernel_module": "nvidia_driver_kernel_module",
+    "fabric_manager": "nvidia_fabricmanager_version",
+    "nscq": "nvidia_nscq_version",
+    "cuda": "cuda_toolkit_version",
+    "cudnn": "cudnn_version",
+    "nccl": "nccl_version",
+    "dcgm": "dcgm_version",
+    "container_toolkit": "nvidia_container_toolkit_version",
+    "gpu_operator": "gpu_operator_chart_version",
+    "dcgm_exporter_chart": "dcgm_exporter_chart_version",
+    "rdma": "rdma_stack",
+    "lustre_client": "lustre_client_version",
+    "kernel": "kernel_version",
+}
+PROFILE_VAR = "gpufleet_lock_profile"
+CUDA_COMPAT_VAR = "gpufleet_cuda_compat"
+DRIVER_MANAGER_VAR = "nvidia_driver_managed_by"
+TOOLKIT_MANAGER_VAR = "nvidia_container_toolkit_managed_by"
+FABRIC_MANAGER_REQUIRED_VAR = "nvidia_fabricmanager_required"
+
+
 def _pkgs(pkgs: list[Package]) -> list[dict[str, str]]:
     return [{"name": n, "version": v} for n, v in pkgs]
 

@@ -23,19 +23,41 @@ from gpufleet.lock.versions import (
 from gpufleet.spec import ClusterSpec, NodePool
 
 
-class _Ctx:
-    """What every rule needs: the lock, the stack, where a value came from (override or profile)."""
+class RuleContext:
+    """What every rule needs: the lock, the stack, where a value came from (override or profile).
 
-    def __init__(self, spec: ClusterSpec, lock: Lock, file: str) -> None:
+    The naming methods (file_of, key, setting, pool_problem, ...) say where a value lives and what to
+    change; this base class names stack-file keys. gpufleet.lock.ansible_check subclasses it to name
+    inventory files and Ansible variables instead, so both paths share every rule and message.
+    """
+
+    def __init__(self, spec: ClusterSpec, lock: Lock, file: str, overridden: set[str] | None = None) -> None:
         self.spec = spec
         self.lock = lock
         self.file = file
-        self.overridden = set(spec.lock.versions)
+        self.overridden = set(spec.lock.versions) if overridden is None else overridden
+
+    def file_of(self, entry: str) -> str:
+        return self.file
 
     def key(self, entry: str) -> str:
         if entry in self.overridden:
             return f"gpufleet:lock.versions.{entry}"
         return f"gpufleet:lock.profile[{self.lock.profile}].{entry}"
+
+    def setting(self, entry: str) -> str:
+        """What a fix tells the user to set for a lock entry."""
+        return f"versions.{entry}"
+
+    def compat_setting(self) -> str:
+        return "gpufleet:lock.cuda_compat"
+
+    def pool_setting(self, field: str) -> str:
+        return field
+
+    def pool_problem(self, index: int, pool: NodePool, field: str, value: Any, rule: str,
+                     fix: str) -> ConfigProblem:
+        return ConfigProblem(self.file, f"gpufleet:pools[{index}].{field}", value, rule, fix)
 
     def blame(self, primary: str, secondary: str) -> str:
         """The entry to point at when two conflict: the overridden one, else primary."""
@@ -44,7 +66,7 @@ class _Ctx:
         return primary
 
     def problem(self, entry: str, rule: str, fix: str) -> ConfigProblem:
-        return ConfigProblem(self.file, self.key(entry), getattr(self.lock, entry), rule, fix)
+        return ConfigProblem(self.file_of(entry), self.key(entry), getattr(self.lock, entry), rule, fix)
 
     def gpu_pools(self) -> list[tuple[int, NodePool, GpuModel]]:
         out = []
@@ -66,7 +88,7 @@ def _profiles_for(gpu_key: str) -> str:
     return ", ".join(names) if names else "none bundled"
 
 
-def rule_cuda_driver(c: _Ctx) -> list[ConfigProblem]:
+def rule_cuda_driver(c: RuleContext) -> list[ConfigProblem]:
     lock = c.lock
     major, minor = cuda_major_minor(lock.cuda)
     update = cuda_update(lock.cuda)
@@ -75,34 +97,34 @@ def rule_cuda_driver(c: _Ctx) -> list[ConfigProblem]:
     if lock.cuda_compat == "minor-version":
         if floor is None:
             rule = f"CUDA {major}.x has no minor version compatibility floor in gpufleet's table"
-            fix = ("set gpufleet:lock.cuda_compat: strict, or add the floor to gpufleet/lock/compat.py "
+            fix = (f"set {c.compat_setting()}: strict, or add the floor to gpufleet/lock/compat.py "
                    "with its source")
             return [c.problem("cuda", rule, fix)]
         if vtuple(lock.driver) < vtuple(floor):
             rule = (f"CUDA {lock.cuda} under minor version compatibility needs driver >= {floor} "
                     f"(CUDA {major}.x floor), driver is {lock.driver}")
-            return [c.problem(entry, rule, f"set versions.driver to {floor} or newer")]
+            return [c.problem(entry, rule, f"set {c.setting('driver')} to {floor} or newer")]
         return []
     minimum = compat.cuda_min_driver(major, minor, update)
     if minimum is None:
         known = sorted(f"{a}.{b}.{u}" for (a, b, u) in compat.CUDA_MIN_DRIVER if (a, b) == (major, minor))
         choices = ", ".join(known) if known else "a toolkit listed in gpufleet/lock/compat.py"
         rule = f"CUDA {lock.cuda} is not in NVIDIA's minimum-driver table known to gpufleet"
-        fix = (f"set versions.cuda to {choices}, or add CUDA {lock.cuda} to gpufleet/lock/compat.py "
+        fix = (f"set {c.setting('cuda')} to {choices}, or add CUDA {lock.cuda} to gpufleet/lock/compat.py "
                "with its source")
         return [c.problem("cuda", rule, fix)]
     if vtuple(lock.driver) >= vtuple(minimum):
         return []
     label = "GA" if update == 0 else f"Update {update}"
-    fix = f"set versions.driver to {minimum} or newer, or pick a toolkit this driver supports"
+    fix = f"set {c.setting('driver')} to {minimum} or newer, or pick a toolkit this driver supports"
     if floor is not None and vtuple(lock.driver) >= vtuple(floor):
-        fix += (f", or set gpufleet:lock.cuda_compat: minor-version to accept CUDA minor version "
+        fix += (f", or set {c.compat_setting()}: minor-version to accept CUDA minor version "
                 f"compatibility (driver >= {floor})")
     return [c.problem(entry, f"CUDA {lock.cuda} needs driver >= {minimum} (NVIDIA's minimum for CUDA "
                              f"{major}.{minor} {label}), driver is {lock.driver}", fix)]
 
 
-def rule_gpu_driver_branch(c: _Ctx) -> list[ConfigProblem]:
+def rule_gpu_driver_branch(c: RuleContext) -> list[ConfigProblem]:
     out = []
     for gpu, pools in c.gpus().values():
         if c.lock.driver_branch < gpu.min_driver_branch:
@@ -110,12 +132,12 @@ def rule_gpu_driver_branch(c: _Ctx) -> list[ConfigProblem]:
                 "driver",
                 f"{gpu.name} (pool {', '.join(pools)}) needs driver branch >= {gpu.min_driver_branch}, "
                 f"driver is {c.lock.driver}",
-                f"set versions.driver to a {gpu.min_driver_branch} or newer driver, or use a profile made "
+                f"set {c.setting('driver')} to a {gpu.min_driver_branch} or newer driver, or use a profile made "
                 f"for {gpu.key} ({_profiles_for(gpu.key)})"))
     return out
 
 
-def rule_gpu_min_cuda(c: _Ctx) -> list[ConfigProblem]:
+def rule_gpu_min_cuda(c: RuleContext) -> list[ConfigProblem]:
     out = []
     for gpu, pools in c.gpus().values():
         if cuda_major_minor(c.lock.cuda) < cuda_major_minor(gpu.min_cuda):
@@ -123,12 +145,12 @@ def rule_gpu_min_cuda(c: _Ctx) -> list[ConfigProblem]:
                 "cuda",
                 f"{gpu.name} (pool {', '.join(pools)}, compute capability {gpu.compute_capability}) needs "
                 f"CUDA >= {gpu.min_cuda}, toolkit is {c.lock.cuda}",
-                f"set versions.cuda to {gpu.min_cuda} or newer, or use a profile made for {gpu.key} "
+                f"set {c.setting('cuda')} to {gpu.min_cuda} or newer, or use a profile made for {gpu.key} "
                 f"({_profiles_for(gpu.key)})"))
     return out
 
 
-def rule_open_modules(c: _Ctx) -> list[ConfigProblem]:
+def rule_open_modules(c: RuleContext) -> list[ConfigProblem]:
     if c.lock.kernel_module == "open":
         return []
     out = []
@@ -138,11 +160,11 @@ def rule_open_modules(c: _Ctx) -> list[ConfigProblem]:
                 "kernel_module",
                 f"{gpu.name} (pool {', '.join(pools)}) requires the open kernel modules, kernel_module is "
                 f"{c.lock.kernel_module}",
-                "set versions.kernel_module to open"))
+                f"set {c.setting('kernel_module')} to open"))
     return out
 
 
-def rule_fabric_manager(c: _Ctx) -> list[ConfigProblem]:
+def rule_fabric_manager(c: RuleContext) -> list[ConfigProblem]:
     lock = c.lock
     if not lock.fabric_manager_required:
         return []
@@ -150,14 +172,14 @@ def rule_fabric_manager(c: _Ctx) -> list[ConfigProblem]:
     if lock.fabric_manager != lock.driver:
         rule = f"fabric manager {lock.fabric_manager} must equal driver {lock.driver}"
         out.append(c.problem("fabric_manager", rule,
-                             f"set versions.fabric_manager to {lock.driver} or remove the override"))
+                             f"set {c.setting('fabric_manager')} to {lock.driver} or remove the override"))
     if lock.nscq != lock.driver:
         out.append(c.problem("nscq", f"NSCQ {lock.nscq} must equal driver {lock.driver}",
-                             f"set versions.nscq to {lock.driver} or remove the override"))
+                             f"set {c.setting('nscq')} to {lock.driver} or remove the override"))
     return out
 
 
-def rule_nccl_cuda(c: _Ctx) -> list[ConfigProblem]:
+def rule_nccl_cuda(c: RuleContext) -> list[ConfigProblem]:
     lock = c.lock
     cmaj, cmin = cuda_major_minor(lock.cuda)
     bmaj, bmin = nccl_cuda_build(lock.nccl)
@@ -170,21 +192,21 @@ def rule_nccl_cuda(c: _Ctx) -> list[ConfigProblem]:
     else:
         return []
     hint = compat.suggest_nccl(cmaj, cmin)
-    fix = f"set versions.nccl to a +cuda{cmaj}.{cmin} build"
+    fix = f"set {c.setting('nccl')} to a +cuda{cmaj}.{cmin} build"
     if hint and not hint.endswith(f"+cuda{cmaj}.{cmin}"):
         fix += f" or one for an older CUDA {cmaj}.x"
     fix += f" (e.g. {hint})" if hint else ""
     return [c.problem(c.blame("nccl", "cuda"), rule, fix)]
 
 
-def rule_cudnn_cuda(c: _Ctx) -> list[ConfigProblem]:
+def rule_cudnn_cuda(c: RuleContext) -> list[ConfigProblem]:
     lock = c.lock
     major, _ = cuda_major_minor(lock.cuda)
     majors = compat.cudnn_cuda_majors(lock.cudnn)
     if major in majors:
         return []
     built = ", ".join(str(m) for m in majors) or "no CUDA major gpufleet knows"
-    fix = f"set versions.cudnn to a cuDNN with a CUDA {major} build"
+    fix = f"set {c.setting('cudnn')} to a cuDNN with a CUDA {major} build"
     if major == 13:
         fix += " (9.12.0.46 or newer)"
     rule = (f"cuDNN {lock.cudnn} has no build for CUDA {major} (toolkit {lock.cuda}); "
@@ -192,14 +214,14 @@ def rule_cudnn_cuda(c: _Ctx) -> list[ConfigProblem]:
     return [c.problem(c.blame("cudnn", "cuda"), rule, fix)]
 
 
-def rule_dcgm_cuda(c: _Ctx) -> list[ConfigProblem]:
+def rule_dcgm_cuda(c: RuleContext) -> list[ConfigProblem]:
     lock = c.lock
     major, _ = cuda_major_minor(lock.cuda)
     majors = compat.dcgm_cuda_majors(lock.dcgm)
     if major in majors:
         return []
     built = ", ".join(str(m) for m in majors) or "no CUDA major gpufleet knows"
-    fix = f"set versions.dcgm to a DCGM release with CUDA {major} support"
+    fix = f"set {c.setting('dcgm')} to a DCGM release with CUDA {major} support"
     if major == 13:
         fix += " (4.4.1 or newer)"
     rule = (f"DCGM {lock.dcgm} has no CUDA {major} build (datacenter-gpu-manager-4-cuda{major}); "
@@ -207,7 +229,7 @@ def rule_dcgm_cuda(c: _Ctx) -> list[ConfigProblem]:
     return [c.problem(c.blame("dcgm", "cuda"), rule, fix)]
 
 
-def rule_charts(c: _Ctx) -> list[ConfigProblem]:
+def rule_charts(c: RuleContext) -> list[ConfigProblem]:
     out = []
     charts = (("gpu_operator", "GPU Operator", compat.SUPPORTED_GPU_OPERATOR),
               ("dcgm_exporter_chart", "dcgm-exporter", compat.SUPPORTED_DCGM_EXPORTER_CHART))
@@ -216,35 +238,34 @@ def rule_charts(c: _Ctx) -> list[ConfigProblem]:
         if value not in supported:
             rule = (f"{title} chart {value} is not one gpufleet validates its values against "
                     f"({', '.join(supported)})")
-            fix = f"set versions.{entry} to {supported[-1]} or remove the override"
+            fix = f"set {c.setting(entry)} to {supported[-1]} or remove the override"
             out.append(c.problem(entry, rule, fix))
     return out
 
 
-def rule_pool_gpus_and_power(c: _Ctx) -> list[ConfigProblem]:
+def rule_pool_gpus_and_power(c: RuleContext) -> list[ConfigProblem]:
     out = []
     for i, pool in enumerate(c.spec.pools):
         if pool.role != "gpu" or pool.gpu is None:
             continue
         gpu = GPUS.get(pool.gpu)
         if gpu is None:
-            out.append(ConfigProblem(c.file, f"gpufleet:pools[{i}].gpu", pool.gpu,
-                                     "GPU model is not in the catalog",
-                                     f"use one of: {', '.join(sorted(GPUS))}"))
+            out.append(c.pool_problem(i, pool, "gpu", pool.gpu, "GPU model is not in the catalog",
+                                      f"use one of: {', '.join(sorted(GPUS))}"))
             continue
         if pool.power_limit is None:
             continue
         try:
             gpu.resolve_power_limit(pool.power_limit)
         except ValueError as e:
-            out.append(ConfigProblem(
-                c.file, f"gpufleet:pools[{i}].power_limit", pool.power_limit, str(e),
-                f"set power_limit between {gpu.power_min_w} and {gpu.power_max_w} (watts), 'default' "
-                f"({gpu.power_default_w} W), 'max' or a percentage of default"))
+            out.append(c.pool_problem(
+                i, pool, "power_limit", pool.power_limit, str(e),
+                f"set {c.pool_setting('power_limit')} between {gpu.power_min_w} and {gpu.power_max_w} (watts), "
+                f"'default' ({gpu.power_default_w} W), 'max' or a percentage of default"))
     return out
 
 
-def rule_one_lock(c: _Ctx) -> list[ConfigProblem]:
+def rule_one_lock(c: RuleContext) -> list[ConfigProblem]:
     out = []
     for key, value in c.spec.extra.items():
         if key.lower().startswith(("lock", "versions", "profile")):
@@ -257,7 +278,7 @@ def rule_one_lock(c: _Ctx) -> list[ConfigProblem]:
 
 
 #: Every rule, in report order; names are the ids docs/version-lock.md uses.
-RULES: dict[str, Callable[[_Ctx], list[ConfigProblem]]] = {
+RULES: dict[str, Callable[[RuleContext], list[ConfigProblem]]] = {
     "cuda-driver": rule_cuda_driver,
     "gpu-driver-branch": rule_gpu_driver_branch,
     "gpu-min-cuda": rule_gpu_min_cuda,
@@ -274,7 +295,11 @@ RULES: dict[str, Callable[[_Ctx], list[ConfigProblem]]] = {
 
 def check_lock(spec: ClusterSpec, lock: Lock, file: str | Path) -> list[ConfigProblem]:
     """Every problem of ``lock`` for ``spec``; empty when the lock is valid."""
-    ctx = _Ctx(spec, lock, str(file))
+    return run_rules(RuleContext(spec, lock, str(file)))
+
+
+def run_rules(ctx: RuleContext) -> list[ConfigProblem]:
+    """Every rule over one context, in report order."""
     problems: list[ConfigProblem] = []
     for rule in RULES.values():
         problems.extend(rule(ctx))
