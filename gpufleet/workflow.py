@@ -26,6 +26,9 @@ SANDBOX_VARS: dict[str, Any] = {
     "nvidia_repo_base_url": "file:///srv/gpufleet-repo",
     "nvidia_repo_distribution": "ubuntu2204",
     "nvidia_driver_module_version_path": "/run/gpusim/sys/module/nvidia/version",
+    "node_validation_module_version_path": "/run/gpusim/sys/module/nvidia/version",
+    # The simulator's kernel log: containers see no kernel ring buffer of their own.
+    "node_validation_kernel_log_file": "/run/gpusim/kmsg",
 }
 
 

@@ -1,0 +1,228 @@
+"""``gpufleet validate``: node health checks, nccl-tests gates, the report; ``bench`` subcommands.
+
+``validate_command`` is the plain ``gpufleet validate`` command; ``app`` holds ``bench-render`` and
+``bench-gate`` (offline helpers for the acceptance benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.errors import ConfigError
+from gpufleet.validation.bench import BenchVerdict
+from gpufleet.validation.health import NodeHealth
+
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Acceptance benchmarks: render nccl-tests jobs, gate their results.")
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+
+
+def _fail_config(e: ConfigError) -> None:
+    for p in e.problems:
+        console.print(f"[red]error[/red] {p}", highlight=False)
+    raise typer.Exit(2)
+
+
+def print_nodes(nodes: list[NodeHealth]) -> None:
+    table = Table(title="node health")
+    for col in ("host", "pool", "status", "GPUs", "driver", "Xids", "action", "findings"):
+        table.add_column(col, overflow="fold")
+    colour = {"critical": "red", "warning": "yellow", "ok": "green"}
+    for n in nodes:
+        findings = "\n".join(f"{f.severity}: {f.message}" for f in n.findings if f.severity != "info") or "ok"
+        info = sum(1 for f in n.findings if f.severity == "info")
+        if info:
+            findings += f"\n({info} info)"
+        table.add_row(n.host, n.pool or "-", f"[{colour[n.status]}]{n.status}[/]", str(n.gpus or "-"),
+                      n.driver or "-", str(n.xid_events), n.action.value if n.action else "-", findings)
+    console.print(table)
+
+
+def print_bench(verdicts: list[BenchVerdict]) -> None:
+    table = Table(title="nccl-tests (busbw gated at large messages; algbw reported)")
+    for col in ("run", "collective", "scope", "size", "busbw GB/s", "algbw GB/s", "gate", "status"):
+        table.add_column(col)
+    for v in verdicts:
+        r = v.result
+        size = "-" if r.size_bytes is None else f"{r.size_bytes / (1 << 30):g} GiB"
+        table.add_row(v.label, v.collective, v.scope, size, "-" if r.busbw_gbs is None else f"{r.busbw_gbs:.2f}",
+                      "-" if r.algbw_gbs is None else f"{r.algbw_gbs:.2f}",
+                      "-" if v.gate is None else f"{v.gate.busbw_gbs:g}", v.status)
+    console.print(table)
+
+
+def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
+    from gpufleet.catalog import get_gpu
+    from gpufleet.parsers import ParseError
+    from gpufleet.parsers.nccl import parse_nccl
+    from gpufleet.validation.bench import gate_result, split_log
+
+    model = get_gpu(gpu)
+    verdicts = []
+    for f in files:
+        text = f.read_text()
+        parts = split_log(text) or {"": text}
+        for coll, body in parts.items():
+            label = f"{f.stem}:{coll}" if coll else f.stem
+            try:
+                result = parse_nccl(body)
+            except ParseError as e:
+                console.print(f"[red]{label}[/red]: {e}", highlight=False)
+                raise typer.Exit(1) from None
+            verdicts.append(gate_result(result, model, label, collective=coll or None))
+    return verdicts
+
+
+def validate_command(
+    stack: StackOpt = "local",
+    json_out: JsonOpt = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write report.json, report.md and plots here.")]
+    = None,
+    limit: Annotated[str | None, typer.Option(help="Ansible host pattern.")] = None,
+    nccl: Annotated[list[Path] | None, typer.Option(
+        "--nccl", help="nccl-tests log(s) of this cluster to gate and include (repeatable).")] = None,
+    ib_rate: Annotated[int | None, typer.Option(
+        help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")] = None,
+) -> None:
+    """Check every GPU node's health (and gate nccl-tests logs); exit 1 on any critical finding."""
+    from gpufleet.lock import load_lock
+    from gpufleet.validation.run import run_validation
+
+    try:
+        spec, _lock = load_lock(stack)
+    except ConfigError as e:
+        _fail_config(e)
+        return
+    raw_dir = report / "raw" if report is not None else None
+    result = run_validation(stack, limit=limit, raw_dir=raw_dir, ib_rate_gbps=ib_rate, console=console,
+                            live=sys.stderr.isatty())
+    verdicts: list[BenchVerdict] = []
+    if nccl:
+        pool = next((p for p in spec.gpu_pools if p.gpu), None)
+        if pool is None or pool.gpu is None:
+            console.print("[red]error[/red] --nccl needs a GPU pool in the stack (its model decides the gate)")
+            raise typer.Exit(2)
+        verdicts = _gate_logs(list(nccl), pool.gpu)
+    print_nodes(result.nodes)
+    if verdicts:
+        print_bench(verdicts)
+    bench_ok = all(v.status not in ("fail", "missing-size") for v in verdicts)
+    if report is not None:
+        from gpufleet.report import write_report
+
+        write_report(report, result.stack, result.nodes, verdicts, result.notes)
+        console.print(f"report: {report / 'report.md'}")
+    if json_out:
+        data = result.to_json()
+        data["bench"] = [v.to_json() for v in verdicts]
+        data["ok"] = result.ok and bench_ok
+        out.print_json(json.dumps(data, default=str))
+    ok = result.ok and bench_ok
+    console.print("[green]healthy[/green]" if ok else "[red]not healthy[/red]: critical findings or failed gates")
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command("bench-gate")
+def bench_gate(
+    files: Annotated[list[Path], typer.Argument(help="nccl-tests logs (text or -J JSON; combined job logs split).")],
+    gpu: Annotated[str, typer.Option(help="Catalog GPU model, e.g. h100-sxm5-80gb.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Gate nccl-tests logs on the catalog's busbw gates; exit 1 when one fails or lacks a large message."""
+    verdicts = _gate_logs(files, gpu)
+    if json_out:
+        out.print_json(json.dumps([v.to_json() for v in verdicts]))
+    else:
+        print_bench(verdicts)
+    raise typer.Exit(0 if all(v.status not in ("fail", "missing-size") for v in verdicts) else 1)
+
+
+@app.command("bench-render")
+def bench_render(
+    stack: StackOpt = "local",
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for the sbatch scripts and manifests.")]
+    = Path("bench"),
+    image: Annotated[str, typer.Option(help="Container image with nccl-tests and Open MPI (Kubernetes).")]
+    = "nccl-tests:set-me",
+    nccl_tests_dir: Annotated[str, typer.Option(help="Where the *_perf binaries are on the nodes.")]
+    = "/opt/nccl-tests/build",
+    gpus_directive: Annotated[str, typer.Option(help="Slurm GPU request: gpus-per-node, gres or none.")]
+    = "gpus-per-node",
+    check: Annotated[bool, typer.Option(help="Validate manifests; sbatch --test-only on the sandbox.")] = True,
+) -> None:
+    """Write nccl-tests jobs for every GPU pool: per node, then node pairs (sbatch + Job/MPIJob)."""
+    import yaml
+
+    from gpufleet.catalog import get_gpu
+    from gpufleet.infra.scheduling import node_taints, toleration
+    from gpufleet.spec import load_spec
+    from gpufleet.validation.bench import (
+        BenchSettings,
+        check_sbatch,
+        plan_jobs,
+        render_k8s,
+        render_sbatch,
+        sandbox_runner,
+        validate_manifest,
+    )
+
+    spec = load_spec(stack)
+    directive: Literal["gpus-per-node", "gres", "none"] = (
+        "gres" if gpus_directive == "gres" else "none" if gpus_directive == "none" else "gpus-per-node")
+    env = {k: v for k, v in (("NCCL_IB_HCA", spec.networks.ib_hca),
+                             ("NCCL_SOCKET_IFNAME", spec.networks.nccl_socket_ifname)) if v}
+    scripts: dict[str, str] = {}
+    problems: list[str] = []
+    for pool in spec.gpu_pools:
+        assert pool.gpu is not None
+        model = get_gpu(pool.gpu)
+        hosts = [h.name for h in pool.hosts] or [f"{pool.name}-{i}" for i in range(pool.size)]
+        if spec.backend == "local":
+            from gpufleet.sandbox.cluster import planned_nodes
+
+            hosts = [n.hostname for n in planned_nodes(spec) if n.pool == pool.name]
+        settings = BenchSettings(
+            gpus_per_node=model.gpus_per_node, nccl_tests_dir=nccl_tests_dir, gpus_directive=directive,
+            image=image, namespace=spec.workload_namespaces[0], env=env,
+            tolerations=tuple(toleration(t) for t in node_taints(pool)))
+        for job in plan_jobs(hosts):
+            script = render_sbatch(job, settings)
+            scripts[job.name] = script
+            (out_dir / "slurm").mkdir(parents=True, exist_ok=True)
+            (out_dir / "slurm" / f"{job.name}.sbatch").write_text(script)
+            manifest = render_k8s(job, settings)
+            (out_dir / "kubernetes").mkdir(parents=True, exist_ok=True)
+            (out_dir / "kubernetes" / f"{job.name}.yaml").write_text(
+                "---\n" + yaml.safe_dump(manifest, sort_keys=False))
+            if check:
+                problems += [f"{job.name}: {p}" for p in validate_manifest(manifest)]
+    console.print(f"wrote {len(scripts)} sbatch scripts and manifests under {out_dir}")
+    for p in problems:
+        console.print(f"[red]invalid[/red] {p}", highlight=False)
+    rejected = False
+    if check and spec.backend == "local":
+        from gpufleet.sandbox.cluster import planned_nodes
+
+        control = next((n.container for n in planned_nodes(spec) if n.pool != spec.gpu_pools[0].name), None)
+        if control is None:
+            console.print("sbatch --test-only skipped: the sandbox has no control node")
+        else:
+            for c in check_sbatch(scripts, sandbox_runner(control)):
+                rejected |= c.status == "rejected"
+                console.print(f"sbatch --test-only {c.job}: {c.status}: {c.message}", highlight=False)
+    elif check:
+        console.print("sbatch --test-only skipped: only the local sandbox's Slurm is checked from here; on a real "
+                      "cluster run `sbatch --test-only bench/slurm/<job>.sbatch` on a login node")
+    raise typer.Exit(1 if problems or rejected else 0)

@@ -1,0 +1,133 @@
+"""``gpufleet validate``: run the ``node_validation`` role, then judge each node with ``health``.
+
+The role writes one JSON bundle per host into ``<raw_dir>/<host>.json`` on the controller; every
+judgement is made here from those bundles and the stack (spec, lock, catalog).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from gpufleet import REPO_ROOT
+from gpufleet.ansible_run import RunResult, run_playbook
+from gpufleet.catalog import get_gpu
+from gpufleet.lock import Lock, load_lock
+from gpufleet.spec import ClusterSpec
+from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evaluate_node, unreachable
+
+PLAYBOOK = REPO_ROOT / "ansible" / "playbooks" / "validate.yml"
+
+
+def expectations_for(spec: ClusterSpec, lock: Lock, pool_name: str | None,
+                     ib_rate_gbps: int | None = None) -> Expectations:
+    """What a node of ``pool_name`` must show, from the pool, the lock and the catalog."""
+    pool = next((p for p in spec.pools if p.name == pool_name), None)
+    model = get_gpu(pool.gpu) if pool is not None and pool.gpu else None
+    power = None
+    if pool is not None and model is not None and pool.power_limit:
+        power = float(model.resolve_power_limit(pool.power_limit))
+    return Expectations(
+        model=model,
+        # Operator-managed pools run the operator's driver container at the lock's version too.
+        driver_version=lock.driver,
+        persistence_mode=True,
+        power_limit_w=power,
+        fabric=pool.fabric if pool is not None else "none",
+        ib_hca=spec.networks.ib_hca,
+        ib_rate_gbps=ib_rate_gbps,
+    )
+
+
+def inventory_hosts(inventory: Path, group: str = "gpu") -> dict[str, str | None]:
+    """Hosts of ``group`` in a gpufleet-written hosts.yml, with their pool (from the ``pool_<name>`` groups)."""
+    data = yaml.safe_load(inventory.read_text()) or {}
+    children: dict[str, Any] = (data.get("all") or {}).get("children") or {}
+    pools: dict[str, str] = {}
+    for name, grp in children.items():
+        if name.startswith("pool_"):
+            for host in (grp or {}).get("hosts") or {}:
+                pools[host] = name.removeprefix("pool_")
+    members = ((children.get(group) or {}).get("hosts")) or {}
+    return {h: pools.get(h) for h in members}
+
+
+def load_bundles(raw_dir: Path) -> dict[str, dict[str, Any]]:
+    bundles: dict[str, dict[str, Any]] = {}
+    for path in sorted(raw_dir.glob("*.json")):
+        data = json.loads(path.read_text())
+        bundles[str(data.get("host") or path.stem)] = data
+    return bundles
+
+
+def evaluate(spec: ClusterSpec, lock: Lock, hosts: dict[str, str | None], bundles: dict[str, dict[str, Any]],
+             run: RunResult | None = None, ib_rate_gbps: int | None = None) -> list[NodeHealth]:
+    """One NodeHealth per host; a host without a bundle is critical (never silently healthy)."""
+    out: list[NodeHealth] = []
+    for host, pool in sorted(hosts.items()):
+        bundle = bundles.get(host)
+        if bundle is None:
+            why = "the playbook did not reach it"
+            if run is not None and host in run.hosts:
+                why = f"playbook state {run.hosts[host].state}"
+                msgs = [f["msg"] for f in run.to_json().get("failed", []) if f.get("host") == host and f.get("msg")]
+                if msgs:
+                    why += f": {msgs[0]}"
+            out.append(unreachable(host, pool, why))
+            continue
+        data = NodeData.from_bundle(bundle)
+        out.append(evaluate_node(data, expectations_for(spec, lock, data.pool or pool, ib_rate_gbps)))
+    return out
+
+
+@dataclass
+class ValidationResult:
+    stack: str
+    nodes: list[NodeHealth]
+    run: RunResult | None
+    raw_dir: Path | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No critical finding on any node."""
+        return all(n.status != "critical" for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stack": self.stack, "ok": self.ok, "nodes": [n.to_json() for n in self.nodes],
+                "playbook": None if self.run is None else {"ok": self.run.ok, "rc": self.run.rc,
+                                                           "status": self.run.status},
+                "raw_dir": None if self.raw_dir is None else str(self.raw_dir), "notes": self.notes}
+
+
+def run_validation(stack: str, *, limit: str | None = None, raw_dir: Path | None = None,
+                   ib_rate_gbps: int | None = None, console: Console | None = None,
+                   live: bool = True) -> ValidationResult:
+    """Collect on every GPU node of ``stack`` and judge it. ``raw_dir`` keeps the bundles (else a temp dir)."""
+    from gpufleet.workflow import inventory_dir, write_sandbox_inventory
+
+    spec, lock = load_lock(stack)
+    inventory = inventory_dir(spec.stack) / "hosts.yml"
+    if spec.backend == "local":
+        inventory = write_sandbox_inventory(spec, lock)
+    elif not inventory.exists():
+        raise FileNotFoundError(f"{inventory} does not exist: run `gpufleet up --stack {stack}` first")
+    hosts = inventory_hosts(inventory)
+    with tempfile.TemporaryDirectory(prefix="gpufleet-validate-") as tmp:
+        target = (raw_dir or Path(tmp)).resolve()
+        target.mkdir(parents=True, exist_ok=True)
+        for old in target.glob("*.json"):
+            old.unlink()  # a bundle from an earlier run must not stand in for an unreachable host
+        run = run_playbook(PLAYBOOK, inventory, limit=limit, console=console, live=live,
+                           extravars={"node_validation_report_dir": str(target)})
+        bundles = load_bundles(target)
+        if limit:
+            hosts = {h: p for h, p in hosts.items() if h in bundles or h in run.hosts}
+        nodes = evaluate(spec, lock, hosts, bundles, run, ib_rate_gbps)
+    return ValidationResult(spec.stack, nodes, run, raw_dir)
