@@ -26,9 +26,19 @@ SANDBOX_VARS: dict[str, Any] = {
     "nvidia_repo_base_url": "file:///srv/gpufleet-repo",
     "nvidia_repo_distribution": "ubuntu2204",
     "nvidia_driver_module_version_path": "/run/gpusim/sys/module/nvidia/version",
+    # Containers have no kernel headers and build no module.
+    "nvidia_driver_dkms_preflight": False,
     "node_validation_module_version_path": "/run/gpusim/sys/module/nvidia/version",
     # The simulator's kernel log: containers see no kernel ring buffer of their own.
     "node_validation_kernel_log_file": "/run/gpusim/kmsg",
+    # Real Slurm runs in the sandbox; its nodes are unprivileged containers (no cgroup delegation, no
+    # /dev/nvidia*, read-only /proc/sys).
+    "gpufleet_scheduler": "slurm",
+    "slurm_proctrack_type": "proctrack/linuxproc",
+    "slurm_task_plugin": "task/none",
+    "slurm_slurmd_parameters": "config_overrides",
+    "slurm_gres_make_device_nodes": True,
+    "host_tuning_sysctl_apply": False,
 }
 
 

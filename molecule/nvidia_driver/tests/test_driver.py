@@ -1,4 +1,8 @@
-"""nvidia_driver: exact versions, holds, pins, blacklist, persistence (asserted on the simulator)."""
+"""nvidia_driver: exact versions, holds, pins, blacklist, fabric manager, nouveau, persistence (on the simulator).
+
+Fabric manager is left to detection here (no nvidia_fabricmanager_required): the simulated HGX H100 board
+reports a Fabric state once the driver's nvidia-smi is installed.
+"""
 
 import pytest
 from nodestate import driver_packages, installed_version, query_gpus, selection
@@ -6,6 +10,8 @@ from nodestate import driver_packages, installed_version, query_gpus, selection
 VERSION = "570.172.08"
 APT_VERSION = f"{VERSION}-0ubuntu1"
 PACKAGES = driver_packages(VERSION, "open")
+FM_PACKAGES = ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]
+FM_APT_VERSION = f"{VERSION}-1"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
@@ -29,7 +35,8 @@ def test_pins_at_priority_1001(host):
 def test_unattended_upgrades_blacklist(host):
     text = host.file("/etc/apt/apt.conf.d/51gpufleet-nvidia-blacklist").content_string
     assert '"^nvidia\\-driver\\-570\\-open$";' in text
-    assert text.count('";') == len(PACKAGES)
+    assert '"^nvidia\\-fabricmanager\\-570$";' in text
+    assert text.count('";') == len(PACKAGES) + len(FM_PACKAGES)
 
 
 def test_repository_is_signed(host):
@@ -54,3 +61,32 @@ def test_simulated_gpus_report_driver_and_persistence(host):
 
 def test_no_reboot_pending(host):
     assert host.file("/run/gpusim/sys/module/nvidia/version").content_string.strip() == VERSION
+
+
+
+@pytest.mark.parametrize("pkg", FM_PACKAGES)
+def test_fabricmanager_and_nscq_at_exactly_the_driver_version_and_held(host, pkg):
+    assert installed_version(host, pkg) == FM_APT_VERSION
+    assert selection(host, pkg) == "hold"
+    pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-driver.pref").content_string
+    assert f"Package: {pkg}\nPin: version {FM_APT_VERSION}\nPin-Priority: 1001" in pref
+
+
+def test_fabricmanager_running_and_fabric_up(host):
+    svc = host.service("nvidia-fabricmanager")
+    assert svc.is_enabled
+    assert svc.is_running
+    q = host.run("nvidia-smi -q")
+    assert q.rc == 0
+    states = [ln.split(":", 1)[1].strip() for ln in q.stdout.splitlines() if ln.strip().startswith("State ")]
+    assert states and set(states) == {"Completed"}, states
+
+
+def test_nouveau_blacklisted(host):
+    lines = host.file("/etc/modprobe.d/blacklist-nouveau.conf").content_string.splitlines()
+    assert "blacklist nouveau" in lines
+    assert "options nouveau modeset=0" in lines
+
+
+def test_no_reboot_marker(host):
+    assert not host.file("/run/gpufleet/nvidia-driver.reboot-required").exists
