@@ -1,0 +1,182 @@
+"""One human line per pending change, from a check-mode task result.
+
+Each module family says "from what to what" in its own way: apt in its simulated ``Inst`` lines, the
+``gpu_settings`` module in per-GPU before/after, file modules in a before/after diff, systemd in the unit's
+status. Anything else falls back to the task's name and message, so no pending change goes unreported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from gpufleet.ansible_run import TaskResult
+
+Kind = Literal["package", "hold", "gpu_setting", "file", "service", "sysctl", "reboot", "other"]
+
+#: ``apt-get -s`` says what it would do as ``Inst <pkg> [<installed>] (<candidate> <origin> [<arch>])``.
+_INST = re.compile(r"^Inst (?P<pkg>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<new>\S+)", re.MULTILINE)
+_APT_ACTIONS = frozenset({"ansible.builtin.apt", "ansible.builtin.package", "apt", "package"})
+_FILE_ACTIONS = frozenset({
+    "ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.lineinfile",
+    "ansible.builtin.blockinfile", "ansible.builtin.file", "template", "copy", "lineinfile", "blockinfile", "file",
+})
+_SERVICE_ACTIONS = frozenset({
+    "ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service",
+    "systemd_service", "systemd", "service",
+})
+_SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl"})
+_HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections"})
+_REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "reboot"})
+_GPU_ACTIONS = frozenset({"gpu_settings"})
+_GPU_FIELDS: dict[str, tuple[str, str]] = {
+    "power_limit_w": ("power limit", "W"),
+    "clocks_memory_mhz": ("memory application clock", "MHz"),
+    "clocks_graphics_mhz": ("graphics application clock", "MHz"),
+}
+
+
+def kind_of(action: str) -> Kind:
+    short = action.rsplit(".", 1)[-1]
+    if action in _APT_ACTIONS:
+        return "package"
+    if action in _HOLD_ACTIONS:
+        return "hold"
+    if action in _GPU_ACTIONS or short == "gpu_settings":
+        return "gpu_setting"
+    if action in _FILE_ACTIONS:
+        return "file"
+    if action in _SERVICE_ACTIONS:
+        return "service"
+    if action in _SYSCTL_ACTIONS:
+        return "sysctl"
+    if action in _REBOOT_ACTIONS:
+        return "reboot"
+    return "other"
+
+
+def gpu_list(indices: Iterable[int]) -> str:
+    """``GPU3``, ``GPU0,2`` or ``GPU0-7``: short enough for one line on an 8-GPU node."""
+    idx = sorted(set(indices))
+    if len(idx) > 2 and idx == list(range(idx[0], idx[-1] + 1)):
+        return f"GPU{idx[0]}-{idx[-1]}"
+    return "GPU" + ",".join(str(i) for i in idx)
+
+
+def _num(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def package_messages(stdout: str, diff: list[dict[str, Any]]) -> list[str]:
+    """``pkg a, b: X installed, Y locked`` per version pair; apt's summary when the Inst lines were cut."""
+    pairs: dict[tuple[str | None, str], list[str]] = {}
+    for m in _INST.finditer(stdout):
+        pairs.setdefault((m.group("old"), m.group("new")), []).append(m.group("pkg"))
+    out = []
+    for (old, new), pkgs in pairs.items():
+        have = f"{old} installed" if old else "not installed"
+        out.append(f"{', '.join(pkgs)}: {have}, {new} locked")
+    if not out:
+        prepared = [str(d.get("prepared", "")).strip() for d in diff if d.get("prepared")]
+        out.extend(p.splitlines()[-1] for p in prepared if p)
+    return out
+
+
+def gpu_messages(gpus: Any) -> list[str]:
+    """``GPU3 power limit 500 W, expected 700 W``; GPUs with the same from/to share one line."""
+    groups: dict[str, list[int]] = {}
+    if not isinstance(gpus, list):
+        return []
+    for g in gpus:
+        if not isinstance(g, Mapping):
+            continue
+        before, after = g.get("before") or {}, g.get("after") or {}
+        for field in g.get("changes") or []:
+            if field == "persistence_mode":
+                text = (f"persistence mode {'on' if before.get(field) else 'off'}, "
+                        f"expected {'on' if after.get(field) else 'off'}")
+            else:
+                name, unit = _GPU_FIELDS.get(field, (field, ""))
+                text = f"{name} {_num(before.get(field))} {unit}, expected {_num(after.get(field))} {unit}"
+            groups.setdefault(text.replace("  ", " ").strip(), []).append(int(g.get("index", -1)))
+    return [f"{gpu_list(idx)} {text}" for text, idx in groups.items()]
+
+
+def unified(diff: Mapping[str, Any]) -> str:
+    """A unified diff of one before/after pair (what ``--diff`` prints), empty when there is no text."""
+    before, after = diff.get("before"), diff.get("after")
+    if not isinstance(before, str) or not isinstance(after, str):
+        return ""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True),
+        # after_header is the rendered temp file; the destination is what the operator knows.
+        fromfile=f"{diff.get('before_header', 'before')} (on the host)",
+        tofile=f"{diff.get('before_header', 'after')} (desired)",
+    )
+    return "".join(lines)
+
+
+def file_message(task: TaskResult, res: Mapping[str, Any]) -> tuple[str, str]:
+    """``/etc/nccl.conf differs`` (or ``missing``) with the diff that would be applied."""
+    path = res.get("dest") or res.get("path")
+    diffs = [d for d in task.diff if "before" in d or "after" in d]
+    if not path and diffs:
+        path = diffs[0].get("before_header") or diffs[0].get("after_header")
+    text = "".join(unified(d) for d in diffs)
+    state = res.get("state")
+    before = diffs[0].get("before") if diffs else None
+    if state == "absent" or before == "" or (isinstance(before, Mapping) and before.get("state") == "absent"):
+        return f"{path or task.task} missing", text
+    if diffs and all(isinstance(d.get("before"), Mapping) for d in diffs):
+        changes = sorted({k for d in diffs for k in d["after"] if d["after"].get(k) != d["before"].get(k)})
+        attrs = ", ".join(f"{k} {d['before'].get(k)} -> {d['after'].get(k)}" for d in diffs for k in changes)
+        return f"{path or task.task}: {attrs}", ""
+    return f"{path or task.task} differs", text
+
+
+def service_message(task: TaskResult, res: Mapping[str, Any]) -> str:
+    """``nvidia-persistenced: disabled, inactive; expected enabled, started``."""
+    name = res.get("name") or task.task
+    status = res.get("status") if isinstance(res.get("status"), Mapping) else {}
+    assert isinstance(status, Mapping)
+    have, want = [], []
+    if "enabled" in res:
+        have.append(str(status.get("UnitFileState", "?")))
+        want.append("enabled" if res["enabled"] else "disabled")
+    if "state" in res:
+        have.append(str(status.get("ActiveState", "?")))
+        want.append(str(res["state"]))
+    if not want:
+        return f"{name}: {task.task}"
+    return f"{name}: {', '.join(have)}; expected {', '.join(want)}"
+
+
+def messages(task: TaskResult, raw: Mapping[str, Any] | None = None) -> tuple[Kind, list[str], str]:
+    """(kind, lines, diff text) for one task that would change. ``raw`` is the untrimmed module result."""
+    res: Mapping[str, Any] = raw if raw is not None else task.res
+    kind = kind_of(task.action)
+    if kind == "package":
+        lines = package_messages(str(res.get("stdout") or ""), task.diff)
+        return kind, lines or [f"{task.task}: packages differ from the lock"], ""
+    if kind == "hold":
+        pkgs = [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))]
+        return kind, [f"{', '.join(pkgs)} not held"], ""
+    if kind == "gpu_setting":
+        return kind, gpu_messages(res.get("gpus")) or [f"{task.task}: GPU settings differ"], ""
+    if kind == "file":
+        line, text = file_message(task, res)
+        return kind, [line], text
+    if kind == "service":
+        return kind, [service_message(task, res)], ""
+    if kind == "sysctl":
+        lines = []
+        for label in (i.item for i in task.items if i.changed):
+            name, _, want = label.partition("=")
+            lines.append(f"sysctl {name} differs, expected {want}" if want else f"sysctl {name} differs")
+        return kind, lines or [f"sysctl: {task.task}"], ""
+    if kind == "reboot":
+        return kind, [f"reboot: {task.task}"], ""
+    msg = (task.msg or "").strip()
+    return kind, [f"{task.task}: {msg}" if msg else f"{task.task} would change"], ""

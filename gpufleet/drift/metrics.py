@@ -1,0 +1,64 @@
+"""The drift report as a node_exporter textfile-collector file, so drift can alert.
+
+``gpufleet_drift{host,component}`` is 1 for each component with a pending change and 0 for each that ran in
+sync; hosts whose check failed get ``gpufleet_drift_check_error{host} 1`` instead of guessed values.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from gpufleet.drift.report import DriftReport
+
+DEFAULT_TEXTFILE = Path("/var/lib/node_exporter/textfile_collector/gpufleet_drift.prom")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_textfile(report: DriftReport, *, stack: str, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    failed = {e.split(":", 1)[0] for e in report.errors}
+    st = _label(stack)
+    lines = [
+        "# HELP gpufleet_drift 1 when the component has changes pending against the stack's lock and settings.",
+        "# TYPE gpufleet_drift gauge",
+    ]
+    for host in report.hosts:
+        if host in failed:
+            continue
+        for comp in report.components.get(host, []):
+            value = 1 if report.drifted(host, comp) else 0
+            lines.append(f'gpufleet_drift{{stack="{st}",host="{_label(host)}",component="{_label(comp)}"}} {value}')
+    lines += [
+        "# HELP gpufleet_drift_check_error 1 when the drift check could not run on the host.",
+        "# TYPE gpufleet_drift_check_error gauge",
+    ]
+    lines += [f'gpufleet_drift_check_error{{stack="{st}",host="{_label(h)}"}} {int(h in failed)}'
+              for h in report.hosts]
+    lines += [
+        "# HELP gpufleet_drift_last_run_timestamp_seconds When the drift check last finished.",
+        "# TYPE gpufleet_drift_last_run_timestamp_seconds gauge",
+        f'gpufleet_drift_last_run_timestamp_seconds{{stack="{st}"}} {now:.3f}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Atomic replace: node_exporter never reads a half-written file (temp file in the same directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,165 @@
+"""Running the drift check, the skew collection and remediation batches against a stack's inventory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from gpufleet import REPO_ROOT
+from gpufleet.ansible_run import RunResult, run_playbook
+from gpufleet.ansible_run.recording import scrub_events, write_events
+from gpufleet.drift.remediate import HostOutcome, HostPlan
+from gpufleet.drift.report import DriftReport, RawResults, build_report
+from gpufleet.drift.skew import collect_versions, find_skew
+from gpufleet.lock import Lock
+
+PLAYBOOKS = REPO_ROOT / "ansible" / "playbooks"
+SITE = REPO_ROOT / "ansible" / "site.yml"
+SKEW = PLAYBOOKS / "skew.yml"
+REMEDIATE = PLAYBOOKS / "remediate.yml"
+#: The post-check task names remediate.yml gives; a failure there means "converged but not healthy".
+POSTCHECK_PREFIX = "Post-check"
+
+
+@dataclass
+class Target:
+    """Where a run goes: an inventory plus its lock (the lock names pinned versions for skew)."""
+
+    inventory: Path
+    lock: Lock | None = None
+    stack: str = ""
+
+
+def target_for_stack(stack: str) -> Target:
+    from gpufleet.lock import load_lock
+    from gpufleet.workflow import inventory_dir, write_sandbox_inventory
+
+    spec, lock = load_lock(stack)
+    inventory = inventory_dir(spec.stack) / "hosts.yml"
+    if spec.backend == "local":
+        inventory = write_sandbox_inventory(spec, lock)
+    elif not inventory.exists():
+        raise FileNotFoundError(f"{inventory} does not exist: run `gpufleet up --stack {stack}` first")
+    return Target(inventory, lock, spec.stack)
+
+
+def check_drift(target: Target, *, limit: str | None = None, console: Console | None = None,
+                live: bool = False, playbook: Path = SITE,
+                extravars: Mapping[str, Any] | None = None,
+                record: Path | None = None) -> tuple[DriftReport, RunResult]:
+    """site.yml in check + diff mode; the report of what it would change.
+
+    ``record`` saves the run's events, scrubbed (``gpufleet.ansible_run.recording``), with a ``.meta.json``
+    beside them: test fixtures and bug reports replay them through ``build_result`` and ``build_report``.
+    """
+    raw = RawResults()
+    events: list[dict[str, Any]] = []
+
+    def sink(event: Mapping[str, Any]) -> None:
+        raw(event)
+        if record is not None:
+            events.append(dict(event))
+
+    result = run_playbook(playbook, target.inventory, limit=limit, check=True, diff=True, console=console,
+                          live=live, on_event=sink, extravars=dict(extravars or {}))
+    if record is not None:
+        replace = {str(REPO_ROOT): "{project}", str(target.inventory.parent): "{inventory_dir}"}
+        write_events(record, scrub_events(events, replace))
+        record.with_suffix(".meta.json").write_text(
+            json.dumps({"rc": result.rc, "status": result.status, "check": True}, indent=2) + "\n")
+    return build_report(result, raw), result
+
+
+def collect_skew(target: Target, *, limit: str | None = None) -> tuple[dict[str, dict[str, str]], RunResult]:
+    result = run_playbook(SKEW, target.inventory, limit=limit, live=False)
+    return collect_versions(result), result
+
+
+def skew_lines(versions: Mapping[str, Mapping[str, str]], lock: Lock | None) -> list[dict[str, Any]]:
+    return [s.to_json() | {"line": s.line()} for s in find_skew(versions, lock)]
+
+
+def _first_failure(result: RunResult, host: str) -> str:
+    """``task: reason``; for a failed command its output says more than "non-zero return code"."""
+    for t in result.failures:
+        if t.host == host:
+            out = " ".join(str(t.res.get(k) or "").strip() for k in ("stderr", "stdout")).strip()
+            msg = (t.msg or t.status).strip()
+            if out and (not msg or msg == "non-zero return code"):
+                msg = out
+            return f"{t.task}: {msg.splitlines()[0] if msg else t.status}"
+    return "failed"
+
+
+#: host list -> {host: None when healthy, else the reason it is not}; hosts missing from the answer pass.
+HealthCheck = Callable[[list[str]], dict[str, str | None]]
+
+
+def stack_health(stack: str) -> HealthCheck:
+    """The validation engineer's node health checks (``gpufleet validate``) as a post-check for a stack."""
+
+    def check(hosts: list[str]) -> dict[str, str | None]:
+        from gpufleet.validation.run import run_validation
+
+        result = run_validation(stack, limit=",".join(hosts), live=False)
+        return {n.host: None if n.status != "critical" else (n.drain_reason or f"health: {n.status}")
+                for n in result.nodes}
+
+    return check
+
+
+class AnsibleExecutor:
+    """Runs remediate.yml once per batch (drain, converge, post-check, resume) and once per failed host.
+
+    With a ``health`` check the batch run stops before resuming; hosts that pass the health checks too
+    are resumed by a second, ``resume``-tagged run.
+    """
+
+    def __init__(self, target: Target, console: Console | None = None, live: bool = False,
+                 extravars: Mapping[str, Any] | None = None, health: HealthCheck | None = None) -> None:
+        self.target = target
+        self.console = console
+        self.live = live
+        self.extravars = dict(extravars or {})
+        self.health = health
+        self.runs: list[RunResult] = []
+
+    def _run(self, limit: str, extravars: Mapping[str, Any], tags: list[str] | None = None) -> RunResult:
+        result = run_playbook(REMEDIATE, self.target.inventory, limit=limit, tags=tags,
+                              extravars=self.extravars | dict(extravars), console=self.console, live=self.live)
+        self.runs.append(result)
+        return result
+
+    def apply(self, batch: Sequence[HostPlan]) -> dict[str, HostOutcome]:
+        drain = [p.host for p in batch if p.drain]
+        result = self._run(",".join(p.host for p in batch), {
+            "gpufleet_remediate_drain": drain,
+            "gpufleet_remediate_reasons": {p.host: p.reason for p in batch},
+            "gpufleet_remediate_resume": self.health is None,
+        })
+        failed = {h: _first_failure(result, h) for h in set(result.failed_hosts) | set(result.unreachable_hosts)}
+        if result.rc != 0 and not failed and not result.finished:
+            failed = {p.host: f"remediate.yml did not finish ({result.status})" for p in batch}
+        if self.health is not None:
+            passed = [p.host for p in batch if p.host not in failed]
+            verdicts = self.health(passed) if passed else {}
+            failed |= {h: f"health: {why}" for h, why in verdicts.items() if why is not None and h in passed}
+            resume = [h for h in drain if h not in failed]
+            if resume:
+                run = self._run(",".join(resume), {"gpufleet_remediate_drain": resume}, tags=["resume"])
+                failed |= {h: _first_failure(run, h) for h in set(run.failed_hosts) | set(run.unreachable_hosts)}
+        return {p.host: HostOutcome(p.host, drained=p.drain, ok=p.host not in failed,
+                                    resumed=p.drain and p.host not in failed, message=failed.get(p.host, ""))
+                for p in batch}
+
+    def hold(self, host: str, reason: str) -> None:
+        self._run(host, {"gpufleet_remediate_hold_reason": reason}, tags=["hold"])
+
+
+def dump(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str)

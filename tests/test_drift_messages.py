@@ -1,0 +1,77 @@
+"""One human line per pending change, per module family (synthetic results in the shapes the modules return)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.ansible_run import ItemResult, TaskResult
+from gpufleet.drift.messages import gpu_list, messages
+
+
+def _task(action: str, res: dict[str, Any], **kw: Any) -> TaskResult:
+    return TaskResult(host="gpu-0", play="p", role=kw.pop("role", "r"), task=kw.pop("task", "Do it"),
+                      action=action, status="changed", changed=True, res=res, **kw)
+
+
+def test_gpu_index_lists() -> None:
+    assert gpu_list([3]) == "GPU3"
+    assert gpu_list([2, 0]) == "GPU0,2"
+    assert gpu_list(range(8)) == "GPU0-7"
+
+
+def test_apt_lines_name_installed_and_locked_versions() -> None:
+    stdout = ("Inst nvidia-utils-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 NVIDIA CUDA:localhost [amd64]) []\n"
+              "Inst libnvidia-compute-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 NVIDIA CUDA:localhost [amd64])\n"
+              "Inst libnccl2 (2.26.2-1+cuda12.8 NVIDIA CUDA:localhost [amd64])\n"
+              "Conf nvidia-utils-570 (570.172.08-0ubuntu1 NVIDIA CUDA:localhost [amd64])\n")
+    kind, lines, _ = messages(_task("ansible.builtin.apt", {"stdout": stdout}))
+    assert kind == "package"
+    assert lines == [
+        "nvidia-utils-570, libnvidia-compute-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked",
+        "libnccl2: not installed, 2.26.2-1+cuda12.8 locked",
+    ]
+
+
+def test_apt_without_inst_lines_falls_back_to_apts_summary() -> None:
+    task = _task("ansible.builtin.apt", {"stdout": "x" * 10},
+                 diff=[{"prepared": "The following packages will be upgraded:\n  a\n1 upgraded, 0 newly installed"}])
+    assert messages(task)[1] == ["1 upgraded, 0 newly installed"]
+
+
+def test_gpu_settings_per_gpu_before_after() -> None:
+    gpus = [{"index": i, "before": {"persistence_mode": False, "power_limit_w": 500.0 if i == 3 else 700.0},
+             "after": {"persistence_mode": True, "power_limit_w": 700.0},
+             "changes": ["persistence_mode", "power_limit_w"] if i == 3 else ["persistence_mode"]} for i in range(8)]
+    kind, lines, _ = messages(_task("gpu_settings", {"gpus": gpus}))
+    assert kind == "gpu_setting"
+    assert lines == ["GPU0-7 persistence mode off, expected on", "GPU3 power limit 500 W, expected 700 W"]
+
+
+def test_file_diff_is_kept() -> None:
+    diff = [{"before": "NCCL_DEBUG=INFO\n", "after": "NCCL_DEBUG=WARN\n",
+             "before_header": "/etc/nccl.conf", "after_header": "/tmp/src"}]
+    kind, lines, text = messages(_task("ansible.builtin.template", {"dest": "/etc/nccl.conf"}, diff=diff))
+    assert (kind, lines) == ("file", ["/etc/nccl.conf differs"])
+    assert text.startswith("--- /etc/nccl.conf (on the host)\n+++ /etc/nccl.conf (desired)\n")
+    assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in text
+
+
+def test_service_state_from_the_units_status() -> None:
+    res = {"name": "nvidia-persistenced", "enabled": True, "state": "started",
+           "status": {"UnitFileState": "enabled", "ActiveState": "inactive"}}
+    assert messages(_task("ansible.builtin.systemd_service", res))[1] == [
+        "nvidia-persistenced: enabled, inactive; expected enabled, started"]
+
+
+def test_holds_and_sysctls_name_their_items() -> None:
+    hold = _task("ansible.builtin.dpkg_selections", {}, items=[
+        ItemResult("nvidia-utils-570", "changed", True), ItemResult("libnvidia-cfg1-570", "ok", False)])
+    assert messages(hold)[1] == ["nvidia-utils-570 not held"]
+    sysctl = _task("ansible.posix.sysctl", {}, items=[ItemResult("vm.max_map_count=1048576", "changed", True)])
+    assert messages(sysctl)[1] == ["sysctl vm.max_map_count differs, expected 1048576"]
+
+
+def test_unknown_tasks_fall_back_to_name_and_message() -> None:
+    task = _task("ansible.builtin.debug", {"msg": "would install x"}, task="Report")
+    task.msg = "would install x"
+    assert messages(task) == ("other", ["Report: would install x"], "")
