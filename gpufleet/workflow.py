@@ -38,6 +38,8 @@ SANDBOX_VARS: dict[str, Any] = {
     "slurm_task_plugin": "task/none",
     "slurm_slurmd_parameters": "config_overrides",
     "slurm_gres_make_device_nodes": True,
+    # An HGX node's CPU count (config_overrides lets a container declare it): one nccl-tests task per GPU fits.
+    "slurm_node_cpus": 16,
     "host_tuning_sysctl_apply": False,
 }
 
