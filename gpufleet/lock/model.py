@@ -30,18 +30,15 @@ FOLLOW_DRIVER: tuple[str, ...] = ("fabric_manager", "nscq")
 Manager = Literal["host", "operator"]
 
 
-class Lock(BaseModel):
-    """Every pinned version of one stack; one lock for all pools."""
+class ComponentVersions(BaseModel):
+    """The component entries, CUDA onward, that a profile sets and a lock pins: declared once for both.
+
+    Pydantic orders fields base-first along the MRO (last base first), so a model lists this base first
+    and its own leading entries in a base after it, which keeps them ahead of these, as in the YAML.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stack: str = ""
-    profile: str
-    driver: str
-    driver_branch: int
-    kernel_module: Literal["open", "proprietary"]
-    fabric_manager: str
-    nscq: str
     cuda: str
     cudnn: str
     nccl: str
@@ -52,6 +49,25 @@ class Lock(BaseModel):
     rdma: str
     lustre_client: str
     kernel: str | None = None
+
+
+class _LockHead(BaseModel):
+    """The entries a lock lists before the component versions (see ComponentVersions)."""
+
+    stack: str = ""
+    profile: str
+    driver: str
+    driver_branch: int
+    kernel_module: Literal["open", "proprietary"]
+    fabric_manager: str
+    nscq: str
+
+
+class Lock(ComponentVersions, _LockHead):
+    """Every pinned version of one stack; one lock for all pools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     #: Who installs the driver / container toolkit: our Ansible roles ("host") or the GPU Operator.
     driver_managed_by: Manager = "host"
     toolkit_managed_by: Manager = "host"

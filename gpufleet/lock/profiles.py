@@ -8,13 +8,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from gpufleet.lock.model import ComponentVersions
+
 DATA_FILE = Path(__file__).with_name("profiles.yaml")
 
 
-class Profile(BaseModel):
-    """A complete version set; fabric manager and NSCQ follow the driver (see profiles.yaml)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _ProfileHead(BaseModel):
+    """The entries a profile lists before the component versions (see ComponentVersions)."""
 
     name: str
     description: str
@@ -22,16 +22,12 @@ class Profile(BaseModel):
     gpus: tuple[str, ...]
     driver: str
     kernel_module: Literal["open", "proprietary"]
-    cuda: str
-    cudnn: str
-    nccl: str
-    dcgm: str
-    container_toolkit: str
-    gpu_operator: str
-    dcgm_exporter_chart: str
-    rdma: str
-    lustre_client: str
-    kernel: str | None = None
+
+
+class Profile(ComponentVersions, _ProfileHead):
+    """A complete version set; fabric manager and NSCQ follow the driver (see profiles.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     def versions(self) -> dict[str, str | None]:
         """The version entries, fabric manager and NSCQ included (both = driver)."""
