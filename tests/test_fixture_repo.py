@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.fixture_repo import RepoInfo, build_repo
-from gpufleet.simulator import SIMULATOR_DIR
+from gpufleet.simulator import SIMULATOR_DIR, script
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(t) is None for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv", "apt-get")),
@@ -269,9 +270,7 @@ def test_compute_utils_ships_persistenced_unit(repo: RepoInfo, tmp_path: Path) -
     root = _extract(repo, "nvidia-compute-utils-580", "580.95.05-0ubuntu1", tmp_path / "root")
     unit = (root / "lib/systemd/system/nvidia-persistenced.service").read_text()
     assert "Type=forking\n" in unit and "PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid\n" in unit
-    assert (root / "usr/lib/gpusim/persistenced.py").read_bytes() == (
-        SIMULATOR_DIR / "persistenced.py"
-    ).read_bytes()
+    assert (root / "usr/lib/gpusim/persistenced.py").read_bytes() == script("persistenced.py")
     control = subprocess.run(
         [
             "dpkg-deb",
@@ -284,6 +283,36 @@ def test_compute_utils_ships_persistenced_unit(repo: RepoInfo, tmp_path: Path) -
         check=True,
     ).stdout
     assert "[ -d /run/systemd/system ]" in control and "systemctl daemon-reload" in control
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "standin", "pidfile"),
+    [
+        ("nvidia-compute-utils-580", "580.95.05-0ubuntu1", "persistenced.py",
+         "run/nvidia-persistenced/nvidia-persistenced.pid"),
+        ("nvidia-fabricmanager-570", "570.172.08-1", "fabricmanager.py",
+         "run/nvidia-fabricmanager/nv-fabricmanager.pid"),
+    ],
+)
+def test_daemon_standins_are_standalone_and_daemonize(
+    repo: RepoInfo, tmp_path: Path, name: str, version: str, standin: str, pidfile: str
+) -> None:
+    # Both packages are installed together on NVSwitch nodes, so the daemonizing code they share is
+    # inlined into each script rather than shipped as a file of its own (dpkg refuses a path owned twice).
+    root = _extract(repo, name, version, tmp_path / "root")
+    installed = root / "usr/lib/gpusim" / standin
+    assert installed.read_bytes() == script(standin)
+    assert [p.name for p in installed.parent.iterdir()] == [standin]
+    assert b"def daemonize(" in installed.read_bytes()
+    # -I -S: no site-packages, no PYTHONPATH, no script directory; only the standard library.
+    r = subprocess.run([sys.executable, "-I", "-S", str(installed)], env={**os.environ, "GPUSIM_ROOT": str(root)},
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert (r.returncode, r.stderr) == (0, "")
+    os.kill(int((root / pidfile).read_text()), signal.SIGTERM)
+    end = time.monotonic() + 10
+    while (root / pidfile).exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not (root / pidfile).exists()
 
 
 def test_cuda_toolkit_nvcc_and_version_json(repo: RepoInfo, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from gpufleet.fixture_repo.catalogue import Package
-from gpufleet.simulator import SIMULATOR_DIR
+from gpufleet.simulator import script as simulator_script
 
 EXEC = 0o755
 DATA = 0o644
@@ -45,7 +45,7 @@ def _wrapper(script: str, *args: str) -> bytes:
 
 
 def _sim(name: str) -> bytes:
-    return (SIMULATOR_DIR / name).read_bytes()
+    return simulator_script(name)
 
 
 PERSISTENCED_UNIT = """[Unit]

@@ -5,17 +5,18 @@ Forks into the background like the real daemon (the unit is Type=forking), write
 ``/run/nvidia-fabricmanager/nv-fabricmanager.pid``, logs a startup line to the LOG_FILE_NAME of
 its config (default /var/log/fabricmanager.log) and sleeps. While it runs, gpusim reports the
 fabric state of NVSwitch boards as Completed/Success. Paths are prefixed by ``$GPUSIM_ROOT``.
+Forking and the SIGTERM/SIGINT handling come from ``gpufleet.simulator.daemon`` (the fixture build inlines it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
+
+from gpufleet.simulator.daemon import daemonize, notify_ready, serve_until_stopped
 
 PIDFILE = "run/nvidia-fabricmanager/nv-fabricmanager.pid"
 
@@ -50,19 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     root = _root()
     pidfile = root / PIDFILE
     log = _log_file(root / ns.config.lstrip("/"))
+    ready: int | None = None
     if not ns.foreground:
-        r, w = os.pipe()
-        if os.fork() > 0:
-            os.close(w)
-            os.read(r, 1)
+        ready = daemonize()
+        if ready is None:
             return 0
-        os.close(r)
-        os.setsid()
-        if os.fork() > 0:
-            os._exit(0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(f"{os.getpid()}\n")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -75,18 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             f"[{time.strftime('%b %d %Y %H:%M:%S')}] [INFO] [tid {os.getpid()}] "
             "Successfully configured all the available NVSwitches to route GPU NVLink traffic.\n"
         )
-    if not ns.foreground:
-        os.write(w, b"1")
-        os.close(w)
-
-    def stop(_sig: int, _frame: FrameType | None) -> None:
-        pidfile.unlink(missing_ok=True)
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        time.sleep(3600)
+    if ready is not None:
+        notify_ready(ready)
+    serve_until_stopped(pidfile)
 
 
 if __name__ == "__main__":

@@ -7,17 +7,17 @@ runs, gpusim reports persistence mode Enabled on every GPU, unless it was starte
 ``--no-persistence-mode`` (then GPUs keep their ``nvidia-smi -pm`` setting, as with the real one).
 ``--user``/``--group`` are accepted and ignored (the stand-in needs no privilege drop).
 All paths are prefixed by ``$GPUSIM_ROOT`` (default ``/``).
+Forking and the SIGTERM/SIGINT handling come from ``gpufleet.simulator.daemon`` (the fixture build inlines it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import time
 from pathlib import Path
-from types import FrameType
+
+from gpufleet.simulator.daemon import daemonize, notify_ready, serve_until_stopped
 
 PIDFILE = "run/nvidia-persistenced/nvidia-persistenced.pid"
 MODEFILE = "run/gpusim/persistenced-mode"
@@ -50,16 +50,7 @@ def _serve(pidfile: Path, verbose: bool) -> None:
     if verbose:
         _log("Verbose syslog connection opened")
     _log(f"Started ({os.getpid()})")
-
-    def stop(_sig: int, _frame: FrameType | None) -> None:
-        _log(f"Shutdown ({os.getpid()})")
-        pidfile.unlink(missing_ok=True)
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        time.sleep(3600)
+    serve_until_stopped(pidfile, lambda: _log(f"Shutdown ({os.getpid()})"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,22 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Daemonize like the real one (systemd Type=forking waits for the parent to exit and reads
     # PIDFile): the pid file is written by the child before the parent returns.
-    r, w = os.pipe()
-    if os.fork() > 0:
-        os.close(w)
-        os.read(r, 1)
+    ready = daemonize()
+    if ready is None:
         return 0
-    os.close(r)
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(f"{os.getpid()}\n")
-    os.write(w, b"1")
-    os.close(w)
+    notify_ready(ready)
     _serve(pidfile, ns.verbose)
     return 0
 
