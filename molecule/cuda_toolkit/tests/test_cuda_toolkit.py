@@ -3,12 +3,13 @@
 import json
 
 import pytest
-from nodestate import installed_version, selection
+from nodestate import assert_locked
 
 TOOLKITS = {"12.8": "12.8.1", "12.4": "12.4.1"}
 DEFAULT = "12.8"
 # nvcc's version per release (CUDA release notes' component tables).
 NVCC = {"12.8.1": "12.8.93", "12.4.1": "12.4.131"}
+PREF = "/etc/apt/preferences.d/gpufleet-cuda-toolkit.pref"
 
 
 def _pkg(minor: str) -> str:
@@ -16,20 +17,8 @@ def _pkg(minor: str) -> str:
 
 
 @pytest.mark.parametrize("minor", TOOLKITS)
-def test_toolkit_installed_at_pinned_release(host, minor):
-    assert installed_version(host, _pkg(minor)) == f"{TOOLKITS[minor]}-1"
-
-
-@pytest.mark.parametrize("minor", TOOLKITS)
-def test_toolkit_held(host, minor):
-    assert selection(host, _pkg(minor)) == "hold"
-
-
-@pytest.mark.parametrize("minor", TOOLKITS)
-def test_toolkit_pinned_at_1001(host, minor):
-    pref = host.file("/etc/apt/preferences.d/gpufleet-cuda-toolkit.pref").content_string
-    assert f"Package: {_pkg(minor)}\nPin: version {TOOLKITS[minor]}-1\nPin-Priority: 1001" in pref
-    assert f"*** {TOOLKITS[minor]}-1 1001" in host.run("apt-cache policy %s", _pkg(minor)).stdout
+def test_toolkit_installed_held_and_pinned(host, minor):
+    assert_locked(host, _pkg(minor), f"{TOOLKITS[minor]}-1", PREF)
 
 
 @pytest.mark.parametrize("minor", TOOLKITS)

@@ -3,32 +3,20 @@
 import re
 
 import pytest
-from nodestate import installed_version, query_gpus, selection
+from nodestate import assert_locked, installed_version, query_gpus
 
 APT_VERSION = "1:4.4.1-1"
 PACKAGES = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12", "datacenter-gpu-manager-4-proprietary"]
+PREF = "/etc/apt/preferences.d/gpufleet-dcgm.pref"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_installed_at_pinned_version(host, pkg):
-    assert installed_version(host, pkg) == APT_VERSION
-
-
-@pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_held(host, pkg):
-    assert selection(host, pkg) == "hold"
+def test_package_installed_held_and_pinned(host, pkg):
+    assert_locked(host, pkg, APT_VERSION, PREF)
 
 
 def test_only_the_plugin_of_the_locked_cuda_major(host):
     assert installed_version(host, "datacenter-gpu-manager-4-cuda13") is None
-
-
-def test_pins_at_priority_1001(host):
-    pref = host.file("/etc/apt/preferences.d/gpufleet-dcgm.pref").content_string
-    for pkg in PACKAGES:
-        assert f"Package: {pkg}\nPin: version {APT_VERSION}\nPin-Priority: 1001" in pref
-    policy = host.run("apt-cache policy datacenter-gpu-manager-4-core").stdout
-    assert f"*** {APT_VERSION} 1001" in policy
 
 
 def test_hostengine_enabled_and_running(host):

@@ -3,27 +3,16 @@
 import re
 
 import pytest
-from nodestate import installed_version, selection
+from nodestate import assert_locked
 
 VERSION = "2.26.2-1+cuda12.8"
 PACKAGES = ["libnccl2", "libnccl-dev"]
+PREF = "/etc/apt/preferences.d/gpufleet-nccl.pref"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_installed_at_pinned_version(host, pkg):
-    assert installed_version(host, pkg) == VERSION
-
-
-@pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_held(host, pkg):
-    assert selection(host, pkg) == "hold"
-
-
-@pytest.mark.parametrize("pkg", PACKAGES)
-def test_pinned_at_1001(host, pkg):
-    pref = host.file("/etc/apt/preferences.d/gpufleet-nccl.pref").content_string
-    assert f"Package: {pkg}\nPin: version {VERSION}\nPin-Priority: 1001" in pref
-    assert f"*** {VERSION} 1001" in host.run("apt-cache policy %s", pkg).stdout
+def test_package_installed_held_and_pinned(host, pkg):
+    assert_locked(host, pkg, VERSION, PREF)
 
 
 def test_header_version_macros(host):

@@ -3,11 +3,12 @@
 import json
 
 import pytest
-from nodestate import installed_version, selection
+from nodestate import assert_locked
 
 APT_VERSION = "1.18.0-1"
 PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
             "libnvidia-container1"]
+PREF = "/etc/apt/preferences.d/gpufleet-nvidia-container-toolkit.pref"
 CONFIG = "/etc/containerd/config.toml"
 TOML_TO_JSON = "import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], 'rb'))))"
 
@@ -19,21 +20,8 @@ def read_toml(host, path):
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_installed_at_pinned_version(host, pkg):
-    assert installed_version(host, pkg) == APT_VERSION
-
-
-@pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_held(host, pkg):
-    assert selection(host, pkg) == "hold"
-
-
-def test_pins_at_priority_1001(host):
-    pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-container-toolkit.pref").content_string
-    for pkg in PACKAGES:
-        assert f"Package: {pkg}\nPin: version {APT_VERSION}\nPin-Priority: 1001" in pref
-    policy = host.run("apt-cache policy libnvidia-container-tools").stdout
-    assert f"*** {APT_VERSION} 1001" in policy
+def test_package_installed_held_and_pinned(host, pkg):
+    assert_locked(host, pkg, APT_VERSION, PREF)
 
 
 def test_ctk_reports_pinned_version(host):

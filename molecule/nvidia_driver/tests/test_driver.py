@@ -5,31 +5,19 @@ reports a Fabric state once the driver's nvidia-smi is installed.
 """
 
 import pytest
-from nodestate import driver_packages, installed_version, query_gpus, selection
+from nodestate import assert_locked, driver_packages, query_gpus
 
 VERSION = "570.172.08"
 APT_VERSION = f"{VERSION}-0ubuntu1"
 PACKAGES = driver_packages(VERSION, "open")
 FM_PACKAGES = ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]
 FM_APT_VERSION = f"{VERSION}-1"
+PREF = "/etc/apt/preferences.d/gpufleet-nvidia-driver.pref"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_installed_at_pinned_version(host, pkg):
-    assert installed_version(host, pkg) == APT_VERSION
-
-
-@pytest.mark.parametrize("pkg", PACKAGES)
-def test_package_held(host, pkg):
-    assert selection(host, pkg) == "hold"
-
-
-def test_pins_at_priority_1001(host):
-    pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-driver.pref").content_string
-    for pkg in PACKAGES:
-        assert f"Package: {pkg}\nPin: version {APT_VERSION}\nPin-Priority: 1001" in pref
-    policy = host.run("apt-cache policy nvidia-driver-570-open").stdout
-    assert f"*** {APT_VERSION} 1001" in policy
+def test_package_installed_held_and_pinned(host, pkg):
+    assert_locked(host, pkg, APT_VERSION, PREF)
 
 
 def test_unattended_upgrades_blacklist(host):
@@ -66,10 +54,7 @@ def test_no_reboot_pending(host):
 
 @pytest.mark.parametrize("pkg", FM_PACKAGES)
 def test_fabricmanager_and_nscq_at_exactly_the_driver_version_and_held(host, pkg):
-    assert installed_version(host, pkg) == FM_APT_VERSION
-    assert selection(host, pkg) == "hold"
-    pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-driver.pref").content_string
-    assert f"Package: {pkg}\nPin: version {FM_APT_VERSION}\nPin-Priority: 1001" in pref
+    assert_locked(host, pkg, FM_APT_VERSION, PREF)
 
 
 def test_fabricmanager_running_and_fabric_up(host):
