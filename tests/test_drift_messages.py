@@ -67,6 +67,9 @@ def test_holds_and_sysctls_name_their_items() -> None:
     hold = _task("ansible.builtin.dpkg_selections", {}, items=[
         ItemResult("nvidia-utils-570", "changed", True), ItemResult("libnvidia-cfg1-570", "ok", False)])
     assert messages(hold)[1] == ["nvidia-utils-570 not held"]
+    one_call = _task("dpkg_hold", {"changed_packages": ["nvidia-utils-570", "libnccl2"],
+                                   "before": {"nvidia-utils-570": "install", "libnccl2": "install", "x": "hold"}})
+    assert messages(one_call)[:2] == ("hold", ["nvidia-utils-570, libnccl2 not held"])
     sysctl = _task("ansible.posix.sysctl", {}, items=[ItemResult("vm.max_map_count=1048576", "changed", True)])
     assert messages(sysctl)[1] == ["sysctl vm.max_map_count differs, expected 1048576"]
 
@@ -75,3 +78,19 @@ def test_unknown_tasks_fall_back_to_name_and_message() -> None:
     task = _task("ansible.builtin.debug", {"msg": "would install x"}, task="Report")
     task.msg = "would install x"
     assert messages(task) == ("other", ["Report: would install x"], "")
+
+
+def test_managed_files_name_each_file_and_keep_the_diffs() -> None:
+    res = {"files": [
+        {"dest": "/etc/nccl.conf", "state": "updated", "changed": True},
+        {"dest": "/etc/apt/preferences.d/gpufleet-nccl.pref", "state": "unchanged", "changed": False},
+        {"dest": "/etc/slurm/gres.conf", "state": "created", "changed": True},
+        {"dest": "/usr/local/sbin/x", "state": "attributes", "changed": True,
+         "before": {"mode": "0644", "uid": 0, "gid": 0}, "after": {"mode": "0755", "uid": 0, "gid": 0}},
+    ]}
+    diff = [{"before_header": "/etc/nccl.conf", "after_header": "/etc/nccl.conf",
+             "before": "NCCL_DEBUG=INFO\n", "after": "NCCL_DEBUG=WARN\n"}]
+    kind, lines, text = messages(_task("managed_files", res, diff=diff))
+    assert kind == "file"
+    assert lines == ["/etc/nccl.conf differs", "/etc/slurm/gres.conf missing", "/usr/local/sbin/x: mode 0644 -> 0755"]
+    assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in text

@@ -22,13 +22,15 @@ _APT_ACTIONS = frozenset({"ansible.builtin.apt", "ansible.builtin.package", "apt
 _FILE_ACTIONS = frozenset({
     "ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.lineinfile",
     "ansible.builtin.blockinfile", "ansible.builtin.file", "template", "copy", "lineinfile", "blockinfile", "file",
+    "managed_files",
 })
 _SERVICE_ACTIONS = frozenset({
     "ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service",
     "systemd_service", "systemd", "service",
 })
 _SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl"})
-_HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections"})
+# dpkg_hold is the project's one-call module (ansible/library); dpkg_selections loops come from users' own roles.
+_HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections", "dpkg_hold"})
 _REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "reboot"})
 _GPU_ACTIONS = frozenset({"gpu_settings"})
 _GPU_FIELDS: dict[str, tuple[str, str]] = {
@@ -136,6 +138,25 @@ def file_message(task: TaskResult, res: Mapping[str, Any]) -> tuple[str, str]:
     return f"{path or task.task} differs", text
 
 
+def managed_files_messages(task: TaskResult, res: Mapping[str, Any]) -> tuple[list[str], str]:
+    """One line per file the project's ``managed_files`` module would change, and their diffs."""
+    lines = []
+    for f in res.get("files") or []:
+        if not isinstance(f, Mapping) or not f.get("changed"):
+            continue
+        dest, state = f.get("dest"), f.get("state")
+        if state == "created":
+            lines.append(f"{dest} missing")
+        elif state == "attributes":
+            before, after = f.get("before") or {}, f.get("after") or {}
+            attrs = ", ".join(f"{k} {before.get(k)} -> {after.get(k)}" for k in after if before.get(k) != after.get(k))
+            lines.append(f"{dest}: {attrs}")
+        else:
+            lines.append(f"{dest} differs")
+    text = "".join(unified(d) for d in task.diff if d.get("before") != d.get("after"))
+    return lines, text
+
+
 def service_message(task: TaskResult, res: Mapping[str, Any]) -> str:
     """``nvidia-persistenced: disabled, inactive; expected enabled, started``."""
     name = res.get("name") or task.task
@@ -161,10 +182,15 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None) -> tuple[Ki
         lines = package_messages(str(res.get("stdout") or ""), task.diff)
         return kind, lines or [f"{task.task}: packages differ from the lock"], ""
     if kind == "hold":
-        pkgs = [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))]
+        listed = res.get("changed_packages")
+        pkgs = ([str(p) for p in listed] if isinstance(listed, list) and listed
+                else [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))])
         return kind, [f"{', '.join(pkgs)} not held"], ""
     if kind == "gpu_setting":
         return kind, gpu_messages(res.get("gpus")) or [f"{task.task}: GPU settings differ"], ""
+    if kind == "file" and isinstance(res.get("files"), list):
+        lines, text = managed_files_messages(task, res)
+        return kind, lines or [f"{task.task}: files differ"], text
     if kind == "file":
         line, text = file_message(task, res)
         return kind, [line], text
