@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,15 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 GPUFLEET = str(REPO_ROOT / ".venv" / "bin" / "gpufleet")
 
 
+#: What each timed command last reported as changed ("OK: 3 hosts, 0 task(s) changed"), for the table.
+CHANGED: list[str] = []
+_CHANGED = re.compile(r"(\d+) task\(s\) changed")
+
+
 def _run(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    out = subprocess.run(cmd, check=True, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True).stdout
+    found = _CHANGED.findall(out)
+    CHANGED.append(found[-1] if found else "")
 
 
 def _timed(fn: Callable[[], None]) -> float:
@@ -66,13 +74,14 @@ def _versions() -> str:
 
 
 def main() -> int:
-    rows = [
+    timed = [
         ("cold `make up` (images, repo and containers removed)", _timed(_cold)),
         ("warm `make up` (no-op)", _timed(lambda: _run("make", "up"))),
         ("fresh converge of one node", _timed(_fresh_node)),
         ("no-op rerun of a converged node", _timed(lambda: _run(GPUFLEET, "converge", "--stack", "local",
                                                                  "--limit", "gpu-1"))),
     ]
+    rows = [(name, secs, changed) for (name, secs), changed in zip(timed, CHANGED, strict=True)]
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [
         f"# gpufleet benchmarks, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
@@ -80,9 +89,9 @@ def main() -> int:
         f"Machine: {os.cpu_count()} cores, {mem_gib:.0f} GiB memory, {platform.platform()}.",
         f"Versions: {_versions()}.",
         "",
-        "| operation | seconds |",
-        "|---|---:|",
-        *[f"| {name} | {secs:.1f} |" for name, secs in rows],
+        "| operation | seconds | tasks changed |",
+        "|---|---:|---:|",
+        *[f"| {name} | {secs:.1f} | {changed} |" for name, secs, changed in rows],
         "",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
