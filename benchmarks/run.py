@@ -29,7 +29,9 @@ _CHANGED = re.compile(r"(\d+) task\(s\) changed")
 
 
 def _run(*cmd: str) -> None:
-    out = subprocess.run(cmd, check=True, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True).stdout
+    # The CLI prints its progress and verdict on stderr (stdout is kept for --json).
+    out = subprocess.run(cmd, check=True, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True).stdout
     found = _CHANGED.findall(out)
     CHANGED.append(found[-1] if found else "")
 

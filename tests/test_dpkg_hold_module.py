@@ -44,9 +44,9 @@ def fake_dpkg(tmp_path: Path) -> Path:
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     (tmp_path / "state").write_text(
-        "nvidia-utils-570\thold\tinstalled\n"
-        "libnvidia-compute-570\tinstall\tinstalled\n"
-        "old-pkg\tinstall\tconfig-files\n")
+        "nvidia-utils-570\thold\tinstalled\t570.172.08-0ubuntu1\n"
+        "libnvidia-compute-570\tinstall\tinstalled\t570.133.20-0ubuntu1\n"
+        "old-pkg\tinstall\tconfig-files\t1.0\n")
     return tmp_path
 
 
@@ -90,3 +90,24 @@ def test_release(fake_dpkg: Path) -> None:
     res = run(fake_dpkg, {"names": ["nvidia-utils-570", "missing-pkg"], "selection": "install"})
     assert res["changed_packages"] == ["nvidia-utils-570"]
     assert (fake_dpkg / "log").read_text() == "nvidia-utils-570 install\n"
+
+
+def test_with_versions_only_settled_packages_are_held_and_the_rest_is_listed_as_moving(fake_dpkg: Path) -> None:
+    pinned = {"nvidia-utils-570": "570.172.08-0ubuntu1", "libnvidia-compute-570": "570.172.08-0ubuntu1",
+              "missing-pkg": "570.172.08-0ubuntu1"}
+    (fake_dpkg / "state").write_text(
+        "nvidia-utils-570\tinstall\tinstalled\t570.172.08-0ubuntu1\n"
+        "libnvidia-compute-570\thold\tinstalled\t570.133.20-0ubuntu1\n")
+    res = run(fake_dpkg, {"names": list(pinned), "versions": pinned})
+    assert res["moving"] == ["libnvidia-compute-570", "missing-pkg"]
+    assert res["changed_packages"] == ["nvidia-utils-570"]
+    assert res["installed"] == {"nvidia-utils-570": "570.172.08-0ubuntu1",
+                                "libnvidia-compute-570": "570.133.20-0ubuntu1", "missing-pkg": None}
+    assert res["before"]["libnvidia-compute-570"] == "hold"
+    assert (fake_dpkg / "log").read_text() == "nvidia-utils-570 hold\n"
+
+
+def test_versions_must_cover_every_name(fake_dpkg: Path) -> None:
+    res = run(fake_dpkg, {"names": ["nvidia-utils-570", "x"], "versions": {"nvidia-utils-570": "1"}})
+    assert res.get("failed") is True and "versions has no entry for x" in str(res["msg"])
+    assert not (fake_dpkg / "log").exists()

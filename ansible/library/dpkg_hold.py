@@ -26,6 +26,12 @@ options:
     type: str
     choices: [hold, install]
     default: hold
+  versions:
+    description:
+      - The pinned version of each name. When given, only the names installed at exactly that version get the
+        selection; the others are returned in RV(moving) and left as they are, for the install that follows (and a
+        second call after it). Lets a converged host skip the install with one read.
+    type: dict
 author: gpufleet
 """
 
@@ -50,6 +56,15 @@ before:
   description: Selection of every named package before the call (C(not installed) when dpkg does not know it).
   returned: always
   type: dict
+moving:
+  description: With O(versions), the names not installed at their pinned version (not touched).
+  returned: always
+  type: list
+  elements: str
+installed:
+  description: Installed version of every named package (null when not installed).
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -57,18 +72,21 @@ from ansible.module_utils.basic import AnsibleModule
 NOT_INSTALLED = "not installed"
 
 
-def read_selections(module: AnsibleModule, names: list[str]) -> dict[str, str]:
-    # rc 1 only means that some names are unknown to dpkg; those are reported as not installed.
+def read_state(module: AnsibleModule, names: list[str]) -> tuple[dict[str, str], dict[str, str | None]]:
+    """(selection, installed version) of every name; unknown or removed packages are not installed."""
+    # rc 1 only means that some names are unknown to dpkg.
     rc, out, err = module.run_command(
-        ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Want}\t${db:Status-Status}\n", *names])
+        ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Want}\t${db:Status-Status}\t${Version}\n", *names])
     if rc not in (0, 1):
         module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
     for line in out.splitlines():
         parts = line.split("\t")
-        if len(parts) == 3 and parts[2] not in ("not-installed", "config-files"):
-            found[parts[0]] = parts[1]
-    return {name: found.get(name, NOT_INSTALLED) for name in names}
+        if len(parts) == 4 and parts[2] not in ("not-installed", "config-files"):
+            found[parts[0]] = (parts[1], parts[3])
+    selections = {n: found[n][0] if n in found else NOT_INSTALLED for n in names}
+    versions = {n: found[n][1] if n in found else None for n in names}
+    return selections, versions
 
 
 def main() -> None:
@@ -76,24 +94,33 @@ def main() -> None:
         argument_spec={
             "names": {"type": "list", "elements": "str", "required": True},
             "selection": {"type": "str", "choices": ["hold", "install"], "default": "hold"},
+            "versions": {"type": "dict"},
         },
         supports_check_mode=True,
     )
     names: list[str] = list(dict.fromkeys(module.params["names"]))
     selection: str = module.params["selection"]
-    before = read_selections(module, names)
+    pinned: dict[str, str] | None = module.params["versions"]
+    if pinned is not None and (unpinned := [n for n in names if n not in pinned]):
+        module.fail_json(msg=f"dpkg_hold: versions has no entry for {', '.join(unpinned)}. Fix: give every name "
+                             "its pinned version, or leave versions out.")
+    selections, installed = read_state(module, names)
+    moving = [n for n in names if pinned is not None and installed[n] != str(pinned[n])]
+    before = {n: s for n, s in selections.items() if n not in moving}
     missing = [n for n, s in before.items() if s == NOT_INSTALLED]
     if missing and selection == "hold" and not module.check_mode:
         module.fail_json(
             msg=f"dpkg_hold: cannot hold {', '.join(missing)}: not installed (dpkg ignores selections of unknown "
                 "packages). Fix: install them first, or remove them from the list of packages to hold.",
-            before=before)
+            before=selections)
     changing = [n for n, s in before.items() if s != selection and not (s == NOT_INSTALLED and selection != "hold")]
     after = {n: (selection if n in changing else s) for n, s in before.items()}
     result = {
         "changed": bool(changing),
         "changed_packages": changing,
-        "before": before,
+        "before": selections,
+        "moving": moving,
+        "installed": installed,
         "diff": {
             "before": "".join(f"{n} {before[n]}\n" for n in changing),
             "after": "".join(f"{n} {after[n]}\n" for n in changing),
