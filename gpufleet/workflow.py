@@ -66,8 +66,8 @@ def write_sandbox_inventory(spec: ClusterSpec, lock: Lock) -> Path:
     return path
 
 
-def converge(stack: str, *, limit: str | None = None, check: bool = False, diff: bool = False,
-             console: Console | None = None, live: bool = True) -> RunResult:
+def stack_inventory(stack: str) -> tuple[ClusterSpec, Lock, Path]:
+    """The stack's spec, lock and inventory: the sandbox's is (re)written, others must exist already."""
     spec, lock = load_lock(stack)
     inventory = inventory_dir(spec.stack) / "hosts.yml"
     if spec.backend == "local":
@@ -75,6 +75,12 @@ def converge(stack: str, *, limit: str | None = None, check: bool = False, diff:
     elif not inventory.exists():
         raise FileNotFoundError(f"{inventory} does not exist: run `gpufleet up --stack {stack}` first "
                                 "(it writes the inventory from the stack's outputs)")
+    return spec, lock, inventory
+
+
+def converge(stack: str, *, limit: str | None = None, check: bool = False, diff: bool = False,
+             console: Console | None = None, live: bool = True) -> RunResult:
+    _, _, inventory = stack_inventory(stack)
     return run_playbook(SITE, inventory, limit=limit, check=check, diff=diff, console=console, live=live)
 
 

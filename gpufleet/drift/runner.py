@@ -36,15 +36,9 @@ class Target:
 
 
 def target_for_stack(stack: str) -> Target:
-    from gpufleet.lock import load_lock
-    from gpufleet.workflow import inventory_dir, write_sandbox_inventory
+    from gpufleet.workflow import stack_inventory
 
-    spec, lock = load_lock(stack)
-    inventory = inventory_dir(spec.stack) / "hosts.yml"
-    if spec.backend == "local":
-        inventory = write_sandbox_inventory(spec, lock)
-    elif not inventory.exists():
-        raise FileNotFoundError(f"{inventory} does not exist: run `gpufleet up --stack {stack}` first")
+    spec, lock, inventory = stack_inventory(stack)
     return Target(inventory, lock, spec.stack)
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
 from gpufleet.catalog import get_gpu
-from gpufleet.lock import Lock, load_lock
+from gpufleet.lock import Lock
 from gpufleet.spec import ClusterSpec
 from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evaluate_node, unreachable
 
@@ -110,14 +110,9 @@ def run_validation(stack: str, *, limit: str | None = None, raw_dir: Path | None
                    ib_rate_gbps: int | None = None, console: Console | None = None,
                    live: bool = True) -> ValidationResult:
     """Collect on every GPU node of ``stack`` and judge it. ``raw_dir`` keeps the bundles (else a temp dir)."""
-    from gpufleet.workflow import inventory_dir, write_sandbox_inventory
+    from gpufleet.workflow import stack_inventory
 
-    spec, lock = load_lock(stack)
-    inventory = inventory_dir(spec.stack) / "hosts.yml"
-    if spec.backend == "local":
-        inventory = write_sandbox_inventory(spec, lock)
-    elif not inventory.exists():
-        raise FileNotFoundError(f"{inventory} does not exist: run `gpufleet up --stack {stack}` first")
+    spec, lock, inventory = stack_inventory(stack)
     hosts = inventory_hosts(inventory)
     with tempfile.TemporaryDirectory(prefix="gpufleet-validate-") as tmp:
         target = (raw_dir or Path(tmp)).resolve()
