@@ -42,7 +42,8 @@ echo "scenarios: $(echo $scenarios)"
 logs=.cache/molecule-logs; rm -rf "$logs"; mkdir -p "$logs"
 run_scenario() {
   local s=$1 t=$(date +%s) verdict=passed
-  $BIN/molecule -c molecule/shared/base.yml test -s "$s" > "$logs/$s.log" 2>&1 || verdict=failed
+  # Container names are per scenario: the lock keeps two checkouts on one machine from running the same one at once.
+  flock "/tmp/gpufleet-molecule-$s.lock" $BIN/molecule -c molecule/shared/base.yml test -s "$s" > "$logs/$s.log" 2>&1 || verdict=failed
   echo "$s $verdict $(( $(date +%s) - t ))s" >> "$logs/results"
   { printf '\n== molecule %s: %s in %ss\n' "$s" "$verdict" "$(( $(date +%s) - t ))"
     if [ "$verdict" = failed ]; then cat "$logs/$s.log"; else grep -E "passed|Executed: Successful|RECAP|changed=" "$logs/$s.log" | tail -n 12; fi
