@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from gpufleet import REPO_ROOT
-from gpufleet.fixture_repo.catalogue import CUDNN
 from gpufleet.lock.compat import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_FLOOR, cudnn_cuda_majors
 from gpufleet.lock.versions import vtuple
+from testbed.fixture_repo.catalogue import CUDNN
 
 ROLES = REPO_ROOT / "roles"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.fixture_repo import RepoInfo, build_repo
-from gpufleet.simulator import SIMULATOR_DIR, script
+from testbed.fixture_repo import RepoInfo, build_repo
+from testbed.simulator import SIMULATOR_DIR, script
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(t) is None for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv", "apt-get")),

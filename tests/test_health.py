@@ -28,7 +28,7 @@ from gpufleet.validation.health import (
 )
 from gpufleet.validation.run import evaluate, expectations_for, inventory_hosts
 
-GPUSIM = REPO_ROOT / "gpufleet" / "simulator" / "gpusim.py"
+GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
 REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 needs_shared = pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} is absent")
 DRIVER = "570.172.08"

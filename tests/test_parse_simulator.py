@@ -15,8 +15,8 @@ from gpufleet import REPO_ROOT
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.validation.xid import Action, parse_kernel_log
 
-GPUSIM = REPO_ROOT / "gpufleet" / "simulator" / "gpusim.py"
-pytestmark = pytest.mark.skipif(not GPUSIM.exists(), reason="gpufleet/simulator/gpusim.py is not there yet")
+GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
+pytestmark = pytest.mark.skipif(not GPUSIM.exists(), reason="testbed/simulator/gpusim.py is not there yet")
 
 
 @pytest.fixture

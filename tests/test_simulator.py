@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import REPO_ROOT
-from gpufleet.simulator import SIMULATOR_DIR, script
+from testbed.simulator import SIMULATOR_DIR, script
 
 GPUSIM = SIMULATOR_DIR / "gpusim.py"
 PERSISTENCED = SIMULATOR_DIR / "persistenced.py"
@@ -481,7 +481,7 @@ def test_fabricmanager_standin_daemonizes_and_logs(smi: Run, host: Path) -> None
 
 @pytest.mark.parametrize("name", ["persistenced.py", "fabricmanager.py"])
 def test_installed_daemon_standins_need_only_the_standard_library(tmp_path: Path, name: str) -> None:
-    # What the fixture packages install: gpufleet.simulator.daemon inlined (-I -S: nothing but the stdlib).
+    # What the fixture packages install: testbed.simulator.daemon inlined (-I -S: nothing but the stdlib).
     standalone = tmp_path / name
     standalone.write_bytes(script(name))
     r = subprocess.run([sys.executable, "-I", "-S", str(standalone), "--help"],

@@ -25,7 +25,7 @@ def prepare(log: bool = True) -> Platform:
     started = engine.ensure_engine()
     collections.ensure_collections(log)
     tag = image.build_node(log)
-    from gpufleet.fixture_repo import build_repo
+    from testbed.fixture_repo import build_repo
 
     build_repo(cluster.FIXTURE_REPO_DIR)
     tools.ensure_promtool()

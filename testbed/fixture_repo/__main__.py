@@ -1,4 +1,4 @@
-"""``python -m gpufleet.fixture_repo build --out DIR [--force]``."""
+"""``python -m testbed.fixture_repo build --out DIR [--force]``."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.fixture_repo.builder import BuildError, build_repo
+from testbed.fixture_repo.builder import BuildError, build_repo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpufleet.fixture_repo")
+    p = argparse.ArgumentParser(prog="python -m testbed.fixture_repo")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build (or reuse) the signed fixture repository")
     b.add_argument("--out", type=Path, required=True)

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.fixture_repo.catalogue import Package, catalogue
-from gpufleet.fixture_repo.payloads import Payload, payload
+from testbed.fixture_repo.catalogue import Package, catalogue
+from testbed.fixture_repo.payloads import Payload, payload
 
 REPO_SUBDIR = Path("ubuntu2204/x86_64")
 KEY_NAME = "3bf863cc.pub"

@@ -55,7 +55,7 @@ CONTAINER_TOOLKIT: tuple[str, ...] = ("1.17.8-1", "1.18.0-1")
 
 @dataclass(frozen=True)
 class Package:
-    """One binary package. ``kind`` selects its payload in ``gpufleet.fixture_repo.payloads``."""
+    """One binary package. ``kind`` selects its payload in ``testbed.fixture_repo.payloads``."""
 
     name: str
     version: str

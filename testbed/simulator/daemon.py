@@ -1,7 +1,7 @@
 """Daemon plumbing shared by the ``nvidia-persistenced`` and ``nv-fabricmanager`` stand-ins (stdlib only).
 
 Not installed as a file of its own: the two scripts ship in different packages that a node installs
-together, and dpkg refuses two packages owning one path. ``gpufleet.simulator.script`` inlines this
+together, and dpkg refuses two packages owning one path. ``testbed.simulator.script`` inlines this
 module into each script that imports it, so every installed script stays standalone.
 """
 

@@ -1,7 +1,7 @@
 """The GPU simulator: ``nvidia-smi``, ``nvidia-persistenced`` and ``nv-fabricmanager`` stand-ins.
 
 These files are shipped only inside the fixture repository's driver packages (see
-``gpufleet.fixture_repo``), which install them under ``/usr/lib/gpusim/``. Each is a standalone,
+``testbed.fixture_repo``), which install them under ``/usr/lib/gpusim/``. Each is a standalone,
 standard-library-only script run by the host's ``python3``; ``gpusim.py`` documents the files
 it reads and the ``gpusim-ctl`` fault-injection commands. Code the daemon stand-ins share lives in
 ``daemon.py``, which is not installed: :func:`script` inlines it into each script that imports it.
@@ -17,7 +17,7 @@ GPUSIM_FILES = ("gpusim.py",)
 PERSISTENCED_FILES = ("persistenced.py",)
 FABRICMANAGER_FILES = ("fabricmanager.py",)
 
-_SHARED_IMPORT = re.compile(r"^from gpufleet\.simulator\.(\w+) import [\w, ]+\n", re.M)
+_SHARED_IMPORT = re.compile(r"^from testbed\.simulator\.(\w+) import [\w, ]+\n", re.M)
 _FUTURE = "from __future__ import annotations\n"
 
 
@@ -28,15 +28,15 @@ def _inlined(match: re.Match[str]) -> str:
     # import, which may only stand at the top of the script.
     _, sep, body = source.partition(_FUTURE)
     if not sep:
-        raise ValueError(f"gpufleet/simulator/{module}.py lacks {_FUTURE.strip()!r}")
-    head = f"# --- gpufleet/simulator/{module}.py, inlined by the fixture build ---"
+        raise ValueError(f"testbed/simulator/{module}.py lacks {_FUTURE.strip()!r}")
+    head = f"# --- testbed/simulator/{module}.py, inlined by the fixture build ---"
     return f"{head}\n{body.strip()}\n\n\n# --- end of {module}.py ---\n"
 
 
 def script(name: str) -> bytes:
     """The standalone script installed as ``/usr/lib/gpusim/<name>``: the source of ``name`` with each
-    ``from gpufleet.simulator.<module> import ...`` line replaced by that module's code."""
+    ``from testbed.simulator.<module> import ...`` line replaced by that module's code."""
     text = _SHARED_IMPORT.sub(_inlined, (SIMULATOR_DIR / name).read_bytes().decode())
-    if re.search(r"^\s*(from|import) gpufleet\b", text, re.M):
-        raise ValueError(f"{name} still imports gpufleet after inlining")
+    if re.search(r"^\s*(from|import) (gpufleet|testbed)\b", text, re.M):
+        raise ValueError(f"{name} still imports gpufleet/testbed after inlining")
     return text.encode()

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gpufleet.fixture_repo.catalogue import Package
-from gpufleet.simulator import script as simulator_script
+from testbed.fixture_repo.catalogue import Package
+from testbed.simulator import script as simulator_script
 
 EXEC = 0o755
 DATA = 0o644
