@@ -19,7 +19,8 @@ app = typer.Typer(
 )
 cluster.register(app)
 app.add_typer(lock_cmd.app, name="lock", help="Show and check the stack's version lock.")
-app.add_typer(inspect_cmd.app, name="inspect", help="Parse real tool output offline (nvidia-smi XML, nccl-tests).")
+app.add_typer(inspect_cmd.app, name="inspect",
+              help="Parse real tool output offline (nvidia-smi XML, topo -m, nvlink -s, nccl-tests).")
 app.registered_commands.extend(plan_cmd.app.registered_commands)
 app.command("drift")(drift_cmd.drift_command)
 app.command("remediate")(drift_cmd.remediate_command)

@@ -1,4 +1,5 @@
-"""``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, nccl-tests logs)."""
+"""``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, ``topo -m``, ``nvlink -s``,
+nccl-tests logs)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.table import Table
 from gpufleet.parsers import ParseError
 from gpufleet.parsers.nccl import parse_nccl
 from gpufleet.parsers.smi_xml import parse_smi_xml
+from gpufleet.topology import parse_nvlink_status, parse_topo_m
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
 
@@ -87,3 +89,51 @@ def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
     console.print(table)
     console.print(f"avg busbw (all sizes; not a gate): {_show(result.avg_busbw_gbs)} GB/s, "
                   f"out of bounds: {_show(result.out_of_bounds)}, wrong elements: {result.wrong_total}")
+
+
+@app.command("topo")
+def topo(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``nvidia-smi topo -m`` output: per GPU its NUMA node, CPU affinity, NVLink peers and nearest NICs."""
+    try:
+        model = parse_topo_m(_read(file))
+    except ParseError as e:
+        raise _fail(file, e) from None
+    data = model.to_dict()
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    table = Table(title=f"{model.gpu_count} GPUs, {len(model.nic_labels)} NICs "
+                        f"(nearest = best of {' < '.join(('PIX', 'PXB', 'PHB', 'NODE', 'SYS'))})")
+    for col in ("GPU", "NUMA", "CPU affinity", "NVLink peers (links)", "nearest NICs"):
+        table.add_column(col)
+    for g in data["gpus"]:
+        peers = ", ".join(f"{k}:{v}" for k, v in g["nvlink"].items()) or "-"
+        table.add_row(str(g["index"]), _show(g["numa_node"]), _show(g["cpu_affinity"]), peers,
+                      ", ".join(g["nearest_nics"]) or "-")
+    console = Console()
+    console.print(table)
+    for nic in data["nics"]:
+        console.print(f"{nic['name']}: nearest GPUs {', '.join(map(str, nic['nearest_gpus'])) or '-'}")
+
+
+@app.command("nvlink")
+def nvlink(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``nvidia-smi nvlink -s``: active links and their speed per GPU."""
+    try:
+        gpus = parse_nvlink_status(_read(file))
+    except ParseError as e:
+        raise _fail(file, e) from None
+    data = [{"index": g.index, "name": g.name, "uuid": g.uuid, "active_links": g.active_links,
+             "links": {str(k): v for k, v in g.links.items()}, "inactive": list(g.inactive), "note": g.note}
+            for g in gpus]
+    if as_json:
+        typer.echo(json.dumps({"gpus": data}, indent=2))
+        return
+    table = Table(title="nvidia-smi nvlink -s")
+    for col in ("GPU", "name", "active links", "GB/s per link", "note"):
+        table.add_column(col)
+    for g in gpus:
+        speeds = sorted(set(g.links.values()))
+        table.add_row(str(g.index), g.name, str(g.active_links), ", ".join(f"{s:g}" for s in speeds) or "-",
+                      g.note or "-")
+    Console().print(table)
