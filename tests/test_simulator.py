@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet import REPO_ROOT
-from testbed.simulator import SIMULATOR_DIR, script
+from gpufleet.topology import parse_topo_m
+from testbed.simulator import SIMULATOR_DIR, board_topology, script, topo_files
 
 GPUSIM = SIMULATOR_DIR / "gpusim.py"
 PERSISTENCED = SIMULATOR_DIR / "persistenced.py"
@@ -32,6 +33,9 @@ def _env(root: Path, host: str = "gpu-node-0") -> dict[str, str]:
 def make_host(root: Path, driver: str = "570.133.20", board: str | None = None) -> Path:
     (root / "usr/lib/gpusim").mkdir(parents=True, exist_ok=True)
     (root / "usr/lib/gpusim/driver-version").write_text(driver + "\n")
+    for dest, text in topo_files().items():  # what the nvidia-utils package installs
+        (root / dest.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / dest.lstrip("/")).write_bytes(text)
     if board:
         (root / "etc/gpusim").mkdir(parents=True, exist_ok=True)
         (root / "etc/gpusim/board").write_text(board + "\n")
@@ -390,6 +394,17 @@ def test_topo_matrix(smi: Run) -> None:
     legend = real[real.index("Legend:") :]
     assert legend.rstrip("\n") in out
     assert out.rstrip("\n").endswith("  NIC7: mlx5_7")
+
+
+@pytest.mark.parametrize("board", ["h100-hgx", "a100-hgx", "l40s-pcie"])
+def test_topo_matrix_parses_back_to_the_board_model(tmp_path: Path, smi: Run, board: str) -> None:
+    root = make_host(tmp_path / board, board=board)
+    r = smi("topo", "-m", root=root)
+    assert r.returncode == 0, r.stdout
+    topo = parse_topo_m(r.stdout)
+    assert topo == board_topology(board)
+    expected = {"h100-hgx": (8, 8, 18), "a100-hgx": (8, 8, 12), "l40s-pcie": (4, 0, None)}[board]
+    assert (topo.gpu_count, len(topo.nic_labels), topo.nvlink(0).get(1)) == expected
 
 
 # --- faults, module version ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from testbed.fixture_repo.catalogue import Package
 from testbed.simulator import script as simulator_script
+from testbed.simulator import topo_files
 
 EXEC = 0o755
 DATA = 0o644
@@ -425,6 +426,7 @@ def payload(pkg: Package) -> Payload:
                 "/usr/bin/gpusim-ctl": (_wrapper("gpusim.py", "--gpusim-ctl"), EXEC),
                 "/usr/lib/gpusim/gpusim.py": (_sim("gpusim.py"), DATA),
                 "/usr/lib/gpusim/driver-version": (f"{m['driver']}\n".encode(), DATA),
+                **{dest: (text, DATA) for dest, text in topo_files().items()},
             }
         )
     if kind == "nvidia-compute-utils":

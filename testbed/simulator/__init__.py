@@ -7,8 +7,12 @@ it reads and the ``gpusim-ctl`` fault-injection commands. Code the daemon stand-
 ``daemon.py``, which is not installed: :func:`script` inlines it into each script that imports it.
 """
 
+from __future__ import annotations
+
 import re
 from pathlib import Path
+
+from gpufleet.topology import Topology, build_board, render_topo_m
 
 SIMULATOR_DIR = Path(__file__).resolve().parent
 
@@ -40,3 +44,19 @@ def script(name: str) -> bytes:
     if re.search(r"^\s*(from|import) (gpufleet|testbed)\b", text, re.M):
         raise ValueError(f"{name} still imports gpufleet/testbed after inlining")
     return text.encode()
+
+
+def board_topology(name: str) -> Topology:
+    """The topology model of simulated board ``name``, from the facts its Board carries."""
+    from testbed.simulator.gpusim import BOARDS
+
+    b = BOARDS[name]
+    return build_board(gpus=b.count, nvlink=b.nvlink, numa_cpus=b.numa_cpus, nics=b.nics)
+
+
+def topo_files() -> dict[str, bytes]:
+    """Installed path -> ``topo -m`` text of every board: rendered here, at fixture-build time, because the
+    nodes that run the simulator do not have gpufleet."""
+    from testbed.simulator.gpusim import BOARDS, TOPO_DIR
+
+    return {f"{TOPO_DIR}/{name}.txt": render_topo_m(board_topology(name)).encode() for name in sorted(BOARDS)}

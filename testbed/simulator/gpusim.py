@@ -210,6 +210,8 @@ BOARDS: dict[str, Board] = {
     ),
 }
 DEFAULT_BOARD = "h100-hgx"
+#: Where the nvidia-utils package installs each board's ``topo -m`` matrix (<board>.txt).
+TOPO_DIR = "/usr/lib/gpusim/topo"
 
 #: CUDA version each driver branch reports (NVIDIA CUDA toolkit release notes, table 3).
 CUDA_BY_BRANCH = {
@@ -1301,58 +1303,14 @@ def render_list(gpus: list[Gpu]) -> str:
     return "".join(f"GPU {g.index}: {g.board.product} (UUID: {g.uuid})\n" for g in gpus)
 
 
-LEGEND = """
-Legend:
-
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
-  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
-  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-"""
-
-
 def render_topo(b: Board) -> str:
-    n, nics = b.count, b.nics
-    half = n // 2
-
-    def numa(i: int) -> int:
-        return 0 if i < half else 1
-
-    def gpu_gpu(i: int, j: int) -> str:
-        if i == j:
-            return " X "
-        if b.nvlink:
-            return f"NV{b.nvlink}"
-        return "NODE" if numa(i) == numa(j) else "SYS"
-
-    # One NIC per GPU, behind the GPU's PCIe switch (as on HGX boards: PIX to its own GPU).
-    def gpu_nic(i: int, k: int) -> str:
-        if i == k:
-            return "PIX"
-        return "NODE" if numa(i) == numa(k) else "SYS"
-
-    def nic_nic(k: int, m: int) -> str:
-        if k == m:
-            return " X "
-        return "NODE" if numa(k) == numa(m) else "SYS"
-
-    cols = [f"GPU{i}" for i in range(n)] + [f"NIC{k}" for k in range(nics)]
-    # nvidia-smi underlines the header with ANSI escapes even when stdout is not a terminal
-    # (byte-exact 590.48.01 capture in shared/fixtures/real/topo).
-    out = ["\t\x1b[4m" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"]
-    for i in range(n):
-        cells = [gpu_gpu(i, j) for j in range(n)] + [gpu_nic(i, k) for k in range(nics)]
-        out.append(f"GPU{i}\t" + "\t".join(cells) + f"\t{b.numa_cpus[numa(i)]}\t{numa(i)}\t\tN/A")
-    for k in range(nics):
-        cells = [gpu_nic(i, k) for i in range(n)] + [nic_nic(k, m) for m in range(nics)]
-        out.append(f"NIC{k}\t" + "\t".join(cells) + "\t\t\t\t")
-    text = "\n".join(out) + "\n" + LEGEND
-    if nics:
-        text += "\nNIC Legend:\n\n" + "".join(f"  NIC{k}: mlx5_{k}\n" for k in range(nics))
-    return text
+    """``topo -m``: the matrix the fixture build rendered for this board from gpufleet's topology model
+    (testbed.simulator.topo_files: the Board's count, nvlink, numa_cpus and nics through
+    gpufleet.topology.build_board and render_topo_m), so the simulator and the parser share one grammar."""
+    try:
+        return path(f"{TOPO_DIR}/{b.name}.txt").read_text()
+    except OSError:
+        raise SmiExit(EXIT_NOT_FOUND, f"Unable to determine the device topology ({TOPO_DIR}/{b.name}.txt)\n") from None
 
 
 # ----------------------------------------------------------------------------------------------
