@@ -16,6 +16,7 @@ from gpufleet import REPO_ROOT
 from gpufleet.catalog import get_gpu
 from gpufleet.lock import load_lock
 from gpufleet.parsers.smi_xml import RemappedRows, parse_smi_xml
+from gpufleet.topology import build_board, parse_topo_m, render_topo_m
 from gpufleet.validation.health import (
     CommandOutput,
     Expectations,
@@ -27,6 +28,7 @@ from gpufleet.validation.health import (
     installed_driver_versions,
 )
 from gpufleet.validation.run import evaluate, expectations_for, inventory_hosts
+from testbed.simulator import topo_files
 
 GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
 REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
@@ -44,6 +46,9 @@ def sim(tmp_path: Path) -> Any:
     (tmp_path / "usr/lib/gpusim").mkdir(parents=True)
     (tmp_path / "etc/gpusim/board").write_text("h100-hgx\n")
     (tmp_path / "usr/lib/gpusim/driver-version").write_text(f"{DRIVER}\n")
+    for dest, text in topo_files().items():  # what the nvidia-utils package installs
+        (tmp_path / dest.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / dest.lstrip("/")).write_bytes(text)
     env = {**os.environ, "GPUSIM_ROOT": str(tmp_path), "GPUSIM_HOSTNAME": "gpu-a-0"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,6 +63,7 @@ def sim(tmp_path: Path) -> Any:
 def bundle(sim: Any, **over: Any) -> dict[str, Any]:
     """A bundle shaped as roles/node_validation/tasks/collect.yml assembles it, from the simulator."""
     smi = sim("-q", "-x")
+    topo = sim("topo", "-m")
     kmsg = sim.root / "run/gpusim/kmsg"
     data: dict[str, Any] = {
         "schema": 1, "host": "gpu-a-0", "pool": "h100-a",
@@ -67,6 +73,7 @@ def bundle(sim: Any, **over: Any) -> dict[str, Any]:
         "fabricmanager": {"state": "active", "load_state": "loaded"},
         "modules": "nvidia_peermem 16384 0 - Live 0x0\nnvidia 1234 1 nvidia_peermem, Live 0x0\n",
         "ibstat": {"present": False},
+        "topo": {"rc": topo.returncode, "stdout": topo.stdout, "stderr": topo.stderr},
         "kernel_log": {"source": "/run/gpusim/kmsg",
                        "lines": kmsg.read_text().splitlines() if kmsg.exists() else []},
     }
@@ -260,3 +267,54 @@ def test_inventory_hosts_reads_pools(tmp_path: Path) -> None:
         "gpu": {"hosts": {"gpu-0": None, "gpu-1": None}}, "system": {"hosts": {"control-0": None}},
         "pool_gpu": {"hosts": {"gpu-0": {}, "gpu-1": {}}}, "pool_system": {"hosts": {"control-0": {}}}}}}))
     assert inventory_hosts(inv) == {"gpu-0": "gpu", "gpu-1": "gpu"}
+
+
+# --- topology against the catalog ----------------------------------------------------------------------
+
+def test_topology_nvlink_pair_down_is_critical(sim: Any) -> None:
+    text = sim("topo", "-m").stdout
+    rows = text.split("\n")
+    # GPU3 <-> GPU5 lose six of their 18 links: both rows and both directions of the matrix change.
+    for r, c in ((4, 6), (6, 4)):
+        cells = rows[r].split("\t")
+        cells[c] = "NV12"
+        rows[r] = "\t".join(cells)
+    health = evaluate_node(NodeData.from_bundle(bundle(sim, topo={"rc": 0, "stdout": "\n".join(rows)})), EXP)
+    assert found(health) == {("topo-nvlink", 3, "critical", "isolate"), ("topo-nvlink", 5, "critical", "isolate")}
+    assert "GPU 5: NV12" in next(f.message for f in health.findings if f.gpu == 3)
+
+
+def test_topology_missing_rail_nic_on_an_ib_pool(sim: Any) -> None:
+    seven = render_topo_m(build_board(gpus=8, nvlink=18, numa_cpus=("0-47,96-143", "48-95,144-191"), nics=7))
+    ib = dataclasses.replace(EXP, fabric="infiniband")
+    health = evaluate_node(NodeData.from_bundle(bundle(sim, topo={"rc": 0, "stdout": seven})), ib)
+    topo = [f for f in health.findings if f.check.startswith("topo")]
+    assert [(f.check, f.severity, f.action.value) for f in topo] == [("topo-nics", "critical", "isolate")]
+    assert "7 NICs behind the GPUs' PCIe switches" in topo[0].message and "GPUs without one: 7" in topo[0].message
+    # The same node on a pool without RDMA fabric: NICs are not the pool's business.
+    assert evaluate_node(NodeData.from_bundle(bundle(sim, topo={"rc": 0, "stdout": seven})), EXP).findings == []
+
+
+def test_topology_collection_failure_is_a_warning(sim: Any) -> None:
+    failed = {"rc": 9, "stdout": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}
+    health = evaluate_node(NodeData.from_bundle(bundle(sim, topo=failed)), EXP)
+    assert found(health) == {("topo", None, "warning", "monitor")}
+    old = bundle(sim)
+    del old["topo"]  # bundles collected before topology: nothing to judge
+    assert evaluate_node(NodeData.from_bundle(old), EXP).findings == []
+
+
+@needs_shared
+@pytest.mark.parametrize(("capture", "model"), [
+    ("h100-80gb-hbm3_x8_nv18_8-nics-pix_driver570.133.20_topo-m_space-separated.txt", "h100-sxm5-80gb"),
+    ("h200_x8_nv18_12-nics_spr-56c-numa01_topo-m.txt", "h200-sxm-141gb"),
+    ("dgx-a100_8x-a100-sxm4_nv12_12x-mlx5_nps4-numa1357_topo-m.txt", "a100-sxm4-80gb"),
+])
+def test_catalog_topology_facts_match_real_boards(capture: str, model: str) -> None:
+    from gpufleet.validation.health import check_topology_model
+
+    topo = parse_topo_m((REAL / "topo" / capture).read_text())
+    exp = Expectations(model=get_gpu(model), driver_version=None, fabric="infiniband")
+    assert check_topology_model(topo, None, exp) == []
+    assert len(topo.rail_nics()) == get_gpu(model).rail_nics_per_node
+    assert set(topo.nvlink(0).values()) == {get_gpu(model).nvlinks_per_gpu_pair}

@@ -46,6 +46,12 @@ class GpuModel(_Frozen):
     mig: bool
     open_modules_required: bool
     gpus_per_node: int
+    #: NVLinks bonded between every pair of GPUs on the board, as ``nvidia-smi topo -m`` shows them (NV18 -> 18);
+    #: None: no all-to-all NVLink (PCIe cards, bridge pairs). The topo-nvlink health check compares each pair.
+    nvlinks_per_gpu_pair: int | None = None
+    #: NICs behind the GPUs' own PCIe switches (PIX/PXB to a GPU in topo -m) on the reference board: the compute
+    #: rails, one per GPU on HGX boards. None: depends on the server. The topo-nics health check counts them.
+    rail_nics_per_node: int | None = None
     gates: tuple[BusbwGate, ...] = ()
     #: field name -> where the number comes from.
     sources: dict[str, str]

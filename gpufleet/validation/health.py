@@ -42,6 +42,13 @@ fabric-manager      critical  remediate   NVSwitch boards without nvidia-fabricm
                                           ("system not yet initialized")
 peermem             critical  remediate   no GPUDirect RDMA without nvidia-peermem: inter-node bandwidth drops
 ib-port             critical  isolate     an HCA port down or below the expected rate: cable/transceiver
+topo-nvlink         critical  isolate     a GPU pair with fewer NVLinks than the board has (``topo -m`` NV#
+                                          below the catalog's nvlinks_per_gpu_pair): a link or NVSwitch
+                                          port is down, the node's all-reduce runs at the slowest pair
+topo-nics           critical  isolate     fewer NICs behind the GPUs' PCIe switches than the board's rails
+                                          (catalog rail_nics_per_node) on an RDMA pool: an HCA did not
+                                          enumerate; NCCL would run the missing rail's GPUs over another
+topo                warning   monitor     ``nvidia-smi topo -m`` failed or printed no matrix
 xid-<code>          by catalog            NVIDIA's Xid catalog, one finding per code and GPU
 ==================  ========  ==========  ===================================================================
 """
@@ -59,6 +66,7 @@ from gpufleet.catalog.model import GpuModel
 from gpufleet.parsers.errors import ParseError
 from gpufleet.parsers.smi_xml import GpuInfo, SmiReport, parse_smi_xml
 from gpufleet.spec import Taint
+from gpufleet.topology import Topology, parse_topo_m
 from gpufleet.validation import xid
 from gpufleet.validation.ibstat import IbstatReport, parse_ibstat, select_hcas
 from gpufleet.validation.xid import HEALTH_TAINT_KEY, Severity
@@ -171,6 +179,8 @@ class NodeData:
     kernel_log: str
     kernel_log_source: str = ""
     fabricmanager_installed: bool = True
+    #: ``nvidia-smi topo -m``; None when the bundle has none (collected before topology was).
+    topo: CommandOutput | None = None
 
     @classmethod
     def from_bundle(cls, bundle: Mapping[str, Any]) -> NodeData:
@@ -193,6 +203,7 @@ class NodeData:
             ibstat=CommandOutput.from_json(ib) if ib.get("present") else None,
             kernel_log="\n".join(log.get("lines") or []),
             kernel_log_source=str(log.get("source") or ""),
+            topo=CommandOutput.from_json(bundle.get("topo")),
         )
 
 
@@ -476,6 +487,50 @@ def check_ib_ports(report: IbstatReport, exp: Expectations, rc: int | None = 0) 
     return out
 
 
+def check_topology(data: NodeData, smi: SmiReport | None, exp: Expectations) -> list[Finding]:
+    """The node's ``topo -m`` against the catalog: NVLinks per GPU pair, and rail NICs on RDMA pools."""
+    if data.topo is None:
+        return []
+    if not data.topo.ok:
+        detail = (data.topo.stdout + data.topo.stderr).strip()[:200]
+        return [_f("topo", "warning", NodeAction.MONITOR,
+                   f"nvidia-smi topo -m failed (rc {data.topo.rc}): {detail or 'no output'}")]
+    try:
+        topo = parse_topo_m(data.topo.stdout)
+    except ParseError as e:
+        return [_f("topo", "warning", NodeAction.MONITOR, f"nvidia-smi topo -m unreadable: {str(e).splitlines()[0]}")]
+    return check_topology_model(topo, smi, exp)
+
+
+def check_topology_model(topo: Topology, smi: SmiReport | None, exp: Expectations) -> list[Finding]:
+    out: list[Finding] = []
+    if exp.model is None:
+        return out
+    by_index = {g.index: g for g in (smi.gpus if smi else [])}
+    want = exp.model.nvlinks_per_gpu_pair
+    if want:
+        indices = [topo.gpu_index(g) for g in topo.gpu_labels]
+        for i in indices:
+            links = topo.nvlink(i)
+            short = {j: links.get(j, 0) for j in indices if j != i and links.get(j, 0) < want}
+            if short:
+                pairs = ", ".join(f"GPU {j}: {'NV' + str(n) if n else 'no NVLink'}" for j, n in short.items())
+                out.append(_f("topo-nvlink", "critical", NodeAction.ISOLATE,
+                              f"GPU {i}: {pairs}; the {exp.model.name} board has NV{want} between every pair "
+                              f"(a link or NVSwitch port is down; check nvidia-smi nvlink -s)", by_index.get(i)))
+    rails = exp.model.rail_nics_per_node
+    if rails and exp.fabric in ("infiniband", "roce"):
+        have = topo.rail_nics()
+        if len(have) < rails:
+            bare = [topo.gpu_index(g) for g in topo.gpu_labels
+                    if not any(topo.cell(g, n) in ("PIX", "PXB") for n in topo.nic_labels)]
+            out.append(_f("topo-nics", "critical", NodeAction.ISOLATE,
+                          f"{len(have)} NICs behind the GPUs' PCIe switches ({', '.join(have) or 'none'}), the "
+                          f"{exp.model.name} board has {rails} rails; GPUs without one: "
+                          f"{', '.join(map(str, bare)) or '-'} (an HCA did not enumerate: check lspci, firmware)"))
+    return out
+
+
 def _bus_key(pci: str | None) -> str | None:
     """``00000000:1B:00.0`` and Xid's ``0000:1b:00`` compare on bus:device."""
     if not pci:
@@ -530,6 +585,7 @@ def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
             health.findings.extend(check_pcie(gpu))
     health.findings.extend(check_fabric_manager(data, exp))
     health.findings.extend(check_rdma(data, exp))
+    health.findings.extend(check_topology(data, smi, exp))
     xid_findings, n_events = check_xids(data.kernel_log, smi)
     health.findings.extend(xid_findings)
     health.xid_events = n_events

@@ -12,6 +12,7 @@ import pytest
 from nodestate import installed_version, query_gpus
 
 from gpufleet.catalog import get_gpu
+from gpufleet.topology import parse_topo_m
 from gpufleet.validation.health import Expectations, NodeData, evaluate_node
 
 DRIVER = "570.172.08"
@@ -45,12 +46,22 @@ def test_bundle_holds_the_nodes_own_outputs(host, faulty):
     assert f"{pkg}|{installed_version(host, pkg)}|" in faulty["driver_packages"]["stdout"]
     assert faulty["fabricmanager"]["state"] == "active" and host.service("nvidia-fabricmanager").is_running
     assert faulty["ibstat"]["present"] is False
+    # topo -m as the node prints it (the simulator's matrix, rendered from the board's topology model).
+    assert faulty["topo"]["rc"] == 0
+    assert faulty["topo"]["stdout"].rstrip("\n") == host.check_output("nvidia-smi topo -m").rstrip("\n")
+    topo = parse_topo_m(faulty["topo"]["stdout"])
+    assert (topo.gpu_count, topo.nvlink(0)[7], topo.to_dict()["gpus"][4]["cpu_affinity"]) == (8, 18, "48-95,144-191")
     kmsg = [ln for ln in host.file("/run/gpusim/kmsg").content_string.splitlines() if "NVRM: Xid" in ln]
     assert faulty["kernel_log"]["lines"] == kmsg and len(kmsg) == 1
 
 
 def test_healthy_node_has_no_finding(healthy):
+    # With the topology compared too: NV18 between every GPU pair (catalog nvlinks_per_gpu_pair), and on an
+    # InfiniBand pool the 8 rail NICs (ibstat's absence aside).
     health = evaluate_node(NodeData.from_bundle(healthy), EXP)
+    ib = Expectations(model=EXP.model, driver_version=DRIVER, power_limit_w=700.0, fabric="infiniband")
+    assert [f.check for f in evaluate_node(NodeData.from_bundle(healthy), ib).findings
+            if f.check.startswith("topo")] == []
     assert [f.to_json() for f in health.findings] == []
     assert health.status == "ok" and health.gpus == 8 and health.driver == DRIVER
     assert healthy["kernel_log"]["lines"] == []
