@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fixture_repo import RepoInfo, build_repo
-from testbed.simulator import SIMULATOR_DIR, script
+from testbed.fixture_repo import RepoInfo, build_repo, catalogue
+from testbed.fixture_repo.payloads import payload
+from testbed.fixture_repo.simulator import SIMULATOR_DIR
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(t) is None for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv", "apt-get")),
@@ -270,7 +271,7 @@ def test_compute_utils_ships_persistenced_unit(repo: RepoInfo, tmp_path: Path) -
     root = _extract(repo, "nvidia-compute-utils-580", "580.95.05-0ubuntu1", tmp_path / "root")
     unit = (root / "lib/systemd/system/nvidia-persistenced.service").read_text()
     assert "Type=forking\n" in unit and "PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid\n" in unit
-    assert (root / "usr/lib/gpusim/persistenced.py").read_bytes() == script("persistenced.py")
+    assert (root / "usr/lib/gpusim/persistenced.py").read_bytes() == (SIMULATOR_DIR / "persistenced.py").read_bytes()
     control = subprocess.run(
         [
             "dpkg-deb",
@@ -294,25 +295,65 @@ def test_compute_utils_ships_persistenced_unit(repo: RepoInfo, tmp_path: Path) -
          "run/nvidia-fabricmanager/nv-fabricmanager.pid"),
     ],
 )
-def test_daemon_standins_are_standalone_and_daemonize(
+def test_daemon_standins_run_from_their_package_and_the_common_one(
     repo: RepoInfo, tmp_path: Path, name: str, version: str, standin: str, pidfile: str
 ) -> None:
-    # Both packages are installed together on NVSwitch nodes, so the daemonizing code they share is
-    # inlined into each script rather than shipped as a file of its own (dpkg refuses a path owned twice).
+    # Both packages are installed together on NVSwitch nodes, so the daemonizing code they share ships once,
+    # in gpusim-common, which both depend on (dpkg refuses a path owned by two packages).
+    assert "gpusim-common" in [d.split(" ")[0] for d in _find(repo, name, version)["Depends"].split(", ")]
     root = _extract(repo, name, version, tmp_path / "root")
     installed = root / "usr/lib/gpusim" / standin
-    assert installed.read_bytes() == script(standin)
+    assert installed.read_bytes() == (SIMULATOR_DIR / standin).read_bytes()
     assert [p.name for p in installed.parent.iterdir()] == [standin]
-    assert b"def daemonize(" in installed.read_bytes()
-    # -I -S: no site-packages, no PYTHONPATH, no script directory; only the standard library.
-    r = subprocess.run([sys.executable, "-I", "-S", str(installed)], env={**os.environ, "GPUSIM_ROOT": str(root)},
-                       capture_output=True, text=True, timeout=30, check=False)
+    # -E -s -S: no PYTHONPATH, no user or system site-packages; the standard library and the script's
+    # directory only. Without the common package the script cannot start ...
+    cmd = [sys.executable, "-E", "-s", "-S", str(installed)]
+    env = {**os.environ, "GPUSIM_ROOT": str(root)}
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 1 and "No module named 'gpusim_daemon'" in r.stderr
+    # ... with it unpacked into the same root, it daemonizes and stops on SIGTERM.
+    common = _find(repo, "gpusim-common", "1.0-1")
+    assert common["Architecture"] == "all" and common["Depends"] == "python3"
+    _extract(repo, "gpusim-common", "1.0-1", root)
+    assert (root / "usr/lib/gpusim/gpusim_daemon.py").read_bytes() == (SIMULATOR_DIR / "gpusim_daemon.py").read_bytes()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert (r.returncode, r.stderr) == (0, "")
     os.kill(int((root / pidfile).read_text()), signal.SIGTERM)
     end = time.monotonic() + 10
     while (root / pidfile).exists() and time.monotonic() < end:
         time.sleep(0.05)
     assert not (root / pidfile).exists()
+
+
+def test_the_simulator_package_is_not_passed_off_as_nvidias(repo: RepoInfo) -> None:
+    common = _find(repo, "gpusim-common", "1.0-1")
+    assert "nvidia" not in common["Maintainer"].lower()
+    assert _find(repo, "nvidia-utils-570", "570.133.20-0ubuntu1")["Maintainer"].startswith("NVIDIA CORPORATION")
+
+
+def _relations(field: tuple[str, ...]) -> set[str]:
+    return {alt.strip().split(" ")[0] for rel in field for alt in rel.split("|")}
+
+
+def test_no_path_is_owned_by_two_packages_that_can_be_installed_together() -> None:
+    # dpkg's rule, checked on the whole catalogue: two package names owning one path must conflict (by
+    # name or by a virtual package one provides), as the driver branches' nvidia-smi owners do.
+    pkgs = catalogue()
+    owners: dict[str, set[str]] = {}
+    for pkg in pkgs:
+        for path in payload(pkg).files:
+            owners.setdefault(path, set()).add(pkg.name)
+    conflicts = {p.name: _relations(p.conflicts) for p in pkgs}
+    provides = {p.name: {p.name} | _relations(p.provides) for p in pkgs}
+    clashes = [
+        (path, a, b)
+        for path, names in owners.items()
+        for a in sorted(names)
+        for b in sorted(names)
+        if a < b and not (conflicts[a] & provides[b] or conflicts[b] & provides[a])
+    ]
+    assert clashes == []
+    assert owners["/usr/lib/gpusim/gpusim_daemon.py"] == {"gpusim-common"}
 
 
 def test_cuda_toolkit_nvcc_and_version_json(repo: RepoInfo, tmp_path: Path) -> None:

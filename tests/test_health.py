@@ -28,7 +28,7 @@ from gpufleet.validation.health import (
     installed_driver_versions,
 )
 from gpufleet.validation.run import evaluate, expectations_for, inventory_hosts
-from testbed.simulator import topo_files
+from testbed.fixture_repo.simulator import topo_files
 
 GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
 REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from gpufleet import REPO_ROOT
 from gpufleet.topology import parse_topo_m
-from testbed.simulator import SIMULATOR_DIR, board_topology, script, topo_files
+from testbed.fixture_repo.simulator import SIMULATOR_DIR, board_topology, topo_files
 
 GPUSIM = SIMULATOR_DIR / "gpusim.py"
 PERSISTENCED = SIMULATOR_DIR / "persistenced.py"
@@ -496,9 +497,10 @@ def test_fabricmanager_standin_daemonizes_and_logs(smi: Run, host: Path) -> None
 
 @pytest.mark.parametrize("name", ["persistenced.py", "fabricmanager.py"])
 def test_installed_daemon_standins_need_only_the_standard_library(tmp_path: Path, name: str) -> None:
-    # What the fixture packages install: testbed.simulator.daemon inlined (-I -S: nothing but the stdlib).
-    standalone = tmp_path / name
-    standalone.write_bytes(script(name))
-    r = subprocess.run([sys.executable, "-I", "-S", str(standalone), "--help"],
+    # What the fixture packages install side by side in /usr/lib/gpusim/: the script and gpusim_daemon
+    # (gpusim-common). -E -s -S: nothing but the standard library and the script's own directory.
+    for f in (name, "gpusim_daemon.py"):
+        shutil.copy(SIMULATOR_DIR / f, tmp_path / f)
+    r = subprocess.run([sys.executable, "-E", "-s", "-S", str(tmp_path / name), "--help"],
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0, r.stderr

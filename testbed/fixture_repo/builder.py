@@ -6,7 +6,7 @@ The repository mirrors NVIDIA's ``ubuntu2204/x86_64`` CUDA repository: a flat re
 one made at build time; clients must use ``signed-by=``, never ``trusted=yes``.
 
 Builds are cached: ``<out>/.stamp`` records a hash of the catalogue, every payload (so of the
-simulator sources too) and this builder; an unchanged rebuild only reads the stamp.
+simulator scripts too) and this builder; an unchanged rebuild only reads the stamp.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.fixture_repo.catalogue import Package, catalogue
+from testbed.fixture_repo.catalogue import NVIDIA_MAINTAINER, Package, catalogue
 from testbed.fixture_repo.payloads import Payload, payload
 
 REPO_SUBDIR = Path("ubuntu2204/x86_64")
@@ -70,7 +70,7 @@ def _control(pkg: Package, installed_kb: int) -> str:
         f"Package: {pkg.name}",
         f"Version: {pkg.version}",
         f"Architecture: {pkg.arch}",
-        "Maintainer: NVIDIA CORPORATION <cudatools@nvidia.com>",
+        f"Maintainer: {pkg.maintainer}",
         f"Installed-Size: {installed_kb}",
     ]
     for field, values in (
@@ -86,9 +86,14 @@ def _control(pkg: Package, installed_kb: int) -> str:
         "Priority: optional",
         "Homepage: https://github.com/gpufleet (fixture of https://developer.nvidia.com/cuda-zone)",
         f"Description: {pkg.description or pkg.name}",
-        " Fixture package built by gpufleet for sandbox and CI hosts; it mirrors the name, version",
-        " and relations of NVIDIA's package and installs stand-ins instead of the real software.",
     ]
+    if pkg.maintainer == NVIDIA_MAINTAINER:
+        lines += [
+            " Fixture package built by gpufleet for sandbox and CI hosts; it mirrors the name, version",
+            " and relations of NVIDIA's package and installs stand-ins instead of the real software.",
+        ]
+    else:
+        lines.append(" Part of gpufleet's GPU simulator, not of NVIDIA's repository; the stand-ins depend on it.")
     return "\n".join(lines) + "\n"
 
 

@@ -50,6 +50,12 @@ NCCL: tuple[str, ...] = (
 )
 
 DCGM: tuple[str, ...] = ("1:4.2.3-1", "1:4.4.1-1")
+
+#: The simulator's own package: the module both daemon stand-ins import. NVIDIA's packages have no such
+#: dependency; the stand-ins do, and apt pulls it in, so roles still install only NVIDIA's names.
+SIMULATOR_COMMON = "gpusim-common"
+SIMULATOR_COMMON_VERSION = "1.0-1"
+NVIDIA_MAINTAINER = "NVIDIA CORPORATION <cudatools@nvidia.com>"
 CONTAINER_TOOLKIT: tuple[str, ...] = ("1.17.8-1", "1.18.0-1")
 
 
@@ -69,6 +75,8 @@ class Package:
     description: str = ""
     #: Values the payload needs (driver version, branch, CUDA release, ...).
     meta: dict[str, str] = field(default_factory=dict)
+    #: NVIDIA for the packages that mirror one of NVIDIA's; gpufleet for the simulator's own.
+    maintainer: str = NVIDIA_MAINTAINER
 
     @property
     def upstream(self) -> str:
@@ -138,7 +146,7 @@ def _driver_packages(branch: int, driver: str) -> list[Package]:
             f"nvidia-compute-utils{s}",
             "nvidia-compute-utils",
             "NVIDIA compute utilities",
-            depends=(eq(f"libnvidia-compute{s}"), "python3"),
+            depends=(eq(f"libnvidia-compute{s}"), "python3", SIMULATOR_COMMON),
             exclusive="nvidia-compute-utils",
         ),
         ubuntu(f"nvidia-kernel-common{s}", "empty", "Shared files used with the kernel module"),
@@ -202,7 +210,7 @@ def _driver_packages(branch: int, driver: str) -> list[Package]:
             "fabricmanager",
             meta=meta,
             section="multiverse/utils",
-            depends=("python3",),
+            depends=("python3", SIMULATOR_COMMON),
             description="Fabric Manager for NVSwitch based systems",
             conflicts=fm_excl,
             replaces=fm_excl,
@@ -380,9 +388,24 @@ def _container_toolkit_packages() -> list[Package]:
     return pkgs
 
 
+def _simulator_packages() -> list[Package]:
+    return [
+        Package(
+            SIMULATOR_COMMON,
+            SIMULATOR_COMMON_VERSION,
+            "gpusim-common",
+            arch="all",
+            depends=("python3",),
+            section="python",
+            description="GPU simulator: code shared by the daemon stand-ins",
+            maintainer="gpufleet <fixture-repo@gpufleet.invalid>",
+        )
+    ]
+
+
 def catalogue() -> list[Package]:
     """Every package of the fixture repository."""
-    pkgs: list[Package] = []
+    pkgs: list[Package] = _simulator_packages()
     for branch, versions in DRIVERS.items():
         for v in versions:
             pkgs += _driver_packages(branch, v)

@@ -17,8 +17,7 @@ import json
 from dataclasses import dataclass
 
 from testbed.fixture_repo.catalogue import Package
-from testbed.simulator import script as simulator_script
-from testbed.simulator import topo_files
+from testbed.fixture_repo.simulator import LIBDIR, SIMULATOR_DIR, topo_files
 
 EXEC = 0o755
 DATA = 0o644
@@ -42,11 +41,11 @@ exit 0
 
 def _wrapper(script: str, *args: str) -> bytes:
     extra = "".join(f" {a}" for a in args)
-    return f'#!/bin/sh\nexec python3 /usr/lib/gpusim/{script}{extra} "$@"\n'.encode()
+    return f'#!/bin/sh\nexec python3 {LIBDIR}/{script}{extra} "$@"\n'.encode()
 
 
-def _sim(name: str) -> bytes:
-    return simulator_script(name)
+def _sim(name: str) -> tuple[bytes, int]:
+    return (SIMULATOR_DIR / name).read_bytes(), DATA
 
 
 PERSISTENCED_UNIT = """[Unit]
@@ -424,8 +423,8 @@ def payload(pkg: Package) -> Payload:
             {
                 "/usr/bin/nvidia-smi": (_wrapper("gpusim.py"), EXEC),
                 "/usr/bin/gpusim-ctl": (_wrapper("gpusim.py", "--gpusim-ctl"), EXEC),
-                "/usr/lib/gpusim/gpusim.py": (_sim("gpusim.py"), DATA),
-                "/usr/lib/gpusim/driver-version": (f"{m['driver']}\n".encode(), DATA),
+                f"{LIBDIR}/gpusim.py": _sim("gpusim.py"),
+                f"{LIBDIR}/driver-version": (f"{m['driver']}\n".encode(), DATA),
                 **{dest: (text, DATA) for dest, text in topo_files().items()},
             }
         )
@@ -433,7 +432,7 @@ def payload(pkg: Package) -> Payload:
         return Payload(
             {
                 "/usr/bin/nvidia-persistenced": (_wrapper("persistenced.py"), EXEC),
-                "/usr/lib/gpusim/persistenced.py": (_sim("persistenced.py"), DATA),
+                f"{LIBDIR}/persistenced.py": _sim("persistenced.py"),
                 "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT.encode(), DATA),
             },
             postinst=DAEMON_RELOAD,
@@ -442,12 +441,15 @@ def payload(pkg: Package) -> Payload:
         return Payload(
             {
                 "/usr/bin/nv-fabricmanager": (_wrapper("fabricmanager.py"), EXEC),
-                "/usr/lib/gpusim/fabricmanager.py": (_sim("fabricmanager.py"), DATA),
+                f"{LIBDIR}/fabricmanager.py": _sim("fabricmanager.py"),
                 "/lib/systemd/system/nvidia-fabricmanager.service": (FABRICMANAGER_UNIT.encode(), DATA),
                 "/usr/share/nvidia/nvswitch/fabricmanager.cfg": (FABRICMANAGER_CFG.encode(), DATA),
             },
             postinst=DAEMON_RELOAD,
         )
+    if kind == "gpusim-common":
+        # The daemon plumbing both stand-ins import: one owner for the path, and both packages depend on it.
+        return Payload({f"{LIBDIR}/gpusim_daemon.py": _sim("gpusim_daemon.py")})
     if kind == "pinning":
         f = f"/etc/apt/preferences.d/nvidia-driver-pinning-{m['branch']}"
         return Payload({f: (_pinning(m["branch"]), DATA)}, conffiles=(f,))

@@ -5,7 +5,7 @@ Forks into the background like the real daemon (the unit is Type=forking), write
 ``/run/nvidia-fabricmanager/nv-fabricmanager.pid``, logs a startup line to the LOG_FILE_NAME of
 its config (default /var/log/fabricmanager.log) and sleeps. While it runs, gpusim reports the
 fabric state of NVSwitch boards as Completed/Success. Paths are prefixed by ``$GPUSIM_ROOT``.
-Forking and the SIGTERM/SIGINT handling come from ``testbed.simulator.daemon`` (the fixture build inlines it).
+Forking and the SIGTERM/SIGINT handling come from ``gpusim_daemon`` (package gpusim-common, same directory).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.simulator.daemon import daemonize, notify_ready, serve_until_stopped
+from gpusim_daemon import daemonize, notify_ready, serve_until_stopped
 
 PIDFILE = "run/nvidia-fabricmanager/nv-fabricmanager.pid"
 

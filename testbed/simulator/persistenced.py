@@ -7,7 +7,7 @@ runs, gpusim reports persistence mode Enabled on every GPU, unless it was starte
 ``--no-persistence-mode`` (then GPUs keep their ``nvidia-smi -pm`` setting, as with the real one).
 ``--user``/``--group`` are accepted and ignored (the stand-in needs no privilege drop).
 All paths are prefixed by ``$GPUSIM_ROOT`` (default ``/``).
-Forking and the SIGTERM/SIGINT handling come from ``testbed.simulator.daemon`` (the fixture build inlines it).
+Forking and the SIGTERM/SIGINT handling come from ``gpusim_daemon`` (package gpusim-common, same directory).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from testbed.simulator.daemon import daemonize, notify_ready, serve_until_stopped
+from gpusim_daemon import daemonize, notify_ready, serve_until_stopped
 
 PIDFILE = "run/nvidia-persistenced/nvidia-persistenced.pid"
 MODEFILE = "run/gpusim/persistenced-mode"

@@ -1,8 +1,8 @@
 """Daemon plumbing shared by the ``nvidia-persistenced`` and ``nv-fabricmanager`` stand-ins (stdlib only).
 
-Not installed as a file of its own: the two scripts ship in different packages that a node installs
-together, and dpkg refuses two packages owning one path. ``testbed.simulator.script`` inlines this
-module into each script that imports it, so every installed script stays standalone.
+Installed as ``/usr/lib/gpusim/gpusim_daemon.py`` by its own package, ``gpusim-common``: the two scripts ship in
+different packages that a node installs together, and dpkg refuses two packages owning one path, so both
+packages depend on the common one (the Debian way) and the scripts import this module from their directory.
 """
 
 from __future__ import annotations
