@@ -1305,7 +1305,7 @@ def render_list(gpus: list[Gpu]) -> str:
 
 def render_topo(b: Board) -> str:
     """``topo -m``: the matrix the fixture build rendered for this board from gpufleet's topology model
-    (testbed.simulator.topo_files: the Board's count, nvlink, numa_cpus and nics through
+    (testbed.fixture_repo.simulator.topo_files: the Board's count, nvlink, numa_cpus and nics through
     gpufleet.topology.build_board and render_topo_m), so the simulator and the parser share one grammar."""
     try:
         return path(f"{TOPO_DIR}/{b.name}.txt").read_text()
