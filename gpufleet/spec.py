@@ -151,6 +151,49 @@ class Sandbox(_Strict):
     board: str = "h100-hgx"
 
 
+#: An image reference pinned to a tag (``latest`` is refused in the validator) or to a digest.
+PINNED_IMAGE = r"^[a-z0-9][a-z0-9._/:-]*[a-z0-9](@sha256:[0-9a-f]{64}|:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$"
+
+
+class Monitoring(_Strict):
+    """Who scrapes the metrics: kube-prometheus-stack installed by gpufleet, or a Prometheus you run."""
+
+    #: kube-prometheus-stack: gpufleet installs the chart (lock entry kube_prometheus_stack) on system nodes;
+    #: existing: a Prometheus Operator already runs and selects our ServiceMonitors/PrometheusRules by label.
+    mode: Literal["kube-prometheus-stack", "existing"] = "kube-prometheus-stack"
+    #: Labels the existing Prometheus selects objects by (its serviceMonitorSelector / ruleSelector).
+    selector: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Monitoring:
+        if self.mode == "existing" and not self.selector:
+            raise ValueError("monitoring mode existing needs 'selector': the labels your Prometheus selects "
+                             "ServiceMonitors and PrometheusRules by (e.g. {release: prometheus})")
+        return self
+
+
+class PodSecurity(_Strict):
+    """Pod Security Standard of the workload namespaces (platform namespaces get the level their pods need)."""
+
+    level: Literal["privileged", "baseline", "restricted"] = "restricted"
+    #: false: warn and audit only (pods that break the level still run); true: enforce it too.
+    enforce: bool = False
+
+
+class Drift(_Strict):
+    """The in-cluster drift check (gpufleet/drift/deploy/cronjob.yaml), deployed when this is set."""
+
+    #: Image with this repository and its venv, pinned by tag (not latest) or digest.
+    image: str = Field(pattern=PINNED_IMAGE)
+    schedule: str = Field(default="17 * * * *", pattern=r"^(\S+ ){4}\S+$")
+
+    @model_validator(mode="after")
+    def _not_latest(self) -> Drift:
+        if self.image.endswith(":latest"):
+            raise ValueError("the drift image must be pinned: a version tag or @sha256 digest, never :latest")
+        return self
+
+
 class ClusterSpec(_Strict):
     """Everything a stack says about its cluster."""
 
@@ -166,6 +209,9 @@ class ClusterSpec(_Strict):
     workload_namespaces: list[str] = Field(default_factory=lambda: ["training"])
     #: How the GPU Operator exposes MIG devices (GFD and device plugin): none, single or mixed.
     mig_strategy: Literal["none", "single", "mixed"] = "none"
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    pod_security: PodSecurity = Field(default_factory=PodSecurity)
+    drift: Drift | None = None
     #: Config keys gpufleet does not model (cloud region etc.), passed to backends verbatim.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -197,6 +243,9 @@ _FIELDS = {
     "sandbox": "sandbox",
     "workloadNamespaces": "workload_namespaces",
     "migStrategy": "mig_strategy",
+    "monitoring": "monitoring",
+    "podSecurity": "pod_security",
+    "drift": "drift",
 }
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 

@@ -15,6 +15,9 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
+POOL_LABEL = "gpufleet.io/pool"
+#: Existing nodes get their taints from a Job running `kubectl taint` (read-modify-write), never a patch.
+JOB = "kubernetes:batch/v1:Job"
 HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 PV = "kubernetes:core/v1:PersistentVolume"
 # Cloud node pools (their backends land in a later issue; the rules already apply to them).
@@ -55,8 +58,7 @@ def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
 
 def _has_gpu_taint(resource_type: str, props: Mapping[str, Any]) -> bool:
     if resource_type == NODE_PATCH:
-        taints = _get(props, "spec", "taints") or []
-        return any(t.get("key") == GPU_TAINT_KEY and t.get("effect") == "NoSchedule" for t in taints)
+        return True  # existing nodes: gpu_nodes_tainted, over the whole stack (the taint is in a Job)
     if resource_type in (EKS_NODE_GROUP, GKE_NODE_POOL):
         taints = (props.get("taints") if resource_type == EKS_NODE_GROUP
                   else _get(props, "nodeConfig", "taints")) or []
@@ -74,6 +76,37 @@ def gpu_pool_tainted(resource_type: str, props: Mapping[str, Any]) -> list[str]:
         return []
     return [f"GPU nodes must carry the taint {GPU_TAINT_KEY}=present:NoSchedule so that only GPU "
             f"workloads land there; add it to the pool's taints"]
+
+
+def node_patch_without_taints(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type == NODE_PATCH and _get(props, "spec", "taints") is not None:
+        return ["a node patch must not set spec.taints: the list is atomic under server-side apply, so the "
+                "patch conflicts with the kubelet's and the node controller's taints, or deletes them when "
+                "forced; taint existing nodes by read-modify-write (kubectl taint) instead"]
+    return []
+
+
+def _job_taints(props: Mapping[str, Any]) -> tuple[str | None, set[str]]:
+    pool = (_get(props, "metadata", "labels") or {}).get(POOL_LABEL)
+    pod = _get(props, "spec", "template", "spec") or {}
+    args = {a for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+            for a in (c.get("command") or [])}
+    return pool, args
+
+
+def gpu_nodes_tainted(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Every GPU node patched by the program belongs to a pool whose taint Job sets the GPU taint."""
+    items = list(resources)
+    tainted = {pool for t, p in items if t == JOB
+               for pool, args in [_job_taints(p)] if f"{GPU_TAINT_KEY}=present:NoSchedule" in args}
+    out = []
+    for t, p in items:
+        if t == NODE_PATCH and pool_role(t, p) == "gpu":
+            pool = (_get(p, "metadata", "labels") or {}).get(POOL_LABEL)
+            if pool not in tainted:
+                out.append(f"GPU node {_get(p, 'metadata', 'name')} (pool {pool}) gets no "
+                           f"{GPU_TAINT_KEY}=present:NoSchedule: no taint Job for its pool sets it")
+    return out
 
 
 def helm_pinned(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -130,11 +163,14 @@ StackCheck = Callable[[Iterable[tuple[str, Mapping[str, Any]]]], list[str]]
 
 RESOURCE_POLICIES: dict[str, tuple[str, ResourceCheck]] = {
     "gpu-pools-tainted": ("GPU node pools carry nvidia.com/gpu=present:NoSchedule", gpu_pool_tainted),
+    "node-patches-without-taints": ("node patches never set spec.taints (atomic list)",
+                                    node_patch_without_taints),
     "helm-charts-pinned": ("Helm charts are pinned to exact versions", helm_pinned),
     "no-public-ip-gpu-nodes": ("GPU nodes have no public IP addresses", no_public_ip_on_gpu_nodes),
 }
 STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
     "system-pool-exists": ("a system pool exists when GPU pools do", system_pool_exists),
+    "gpu-nodes-tainted": ("existing GPU nodes get nvidia.com/gpu=present:NoSchedule", gpu_nodes_tainted),
     "datasets-checkpoints-distinct": ("dataset and checkpoint volumes are distinct", volumes_distinct),
 }
 

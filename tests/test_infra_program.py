@@ -40,12 +40,19 @@ def test_onprem_resource_counts(onprem: OfflinePlan) -> None:
         "gpufleet:platform:GpuOperator": 1,
         "gpufleet:platform:NetworkOperator": 1,
         "gpufleet:platform:LustreStorage": 1,
-        "kubernetes:core/v1:Namespace": 4,
+        "gpufleet:platform:Monitoring": 1,
+        "kubernetes:core/v1:Namespace": 5,
+        "kubernetes:core/v1:NamespacePatch": 1,
         NODE_PATCH: 7,
+        "kubernetes:batch/v1:Job": 2,
+        "kubernetes:core/v1:ServiceAccount": 1,
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": 1,
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": 1,
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 2,
         "kubernetes:networking.k8s.io/v1:NetworkPolicy": 4,
-        "kubernetes:core/v1:ConfigMap": 1,
-        RELEASE: 3,
+        "kubernetes:core/v1:ConfigMap": 2,
+        RELEASE: 4,
         "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy": 1,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1,
         "kubernetes:core/v1:PersistentVolume": 2,
@@ -65,17 +72,19 @@ def test_components_parent_their_children(onprem: OfflinePlan) -> None:
     assert parents[("gpufleet:platform:Platform", "platform")] is None
 
 
-def test_gpu_nodes_tainted_system_nodes_not(onprem: OfflinePlan) -> None:
+def test_node_patches_carry_labels_and_never_taints(onprem: OfflinePlan) -> None:
     patches = {r.name: r.inputs for r in onprem.of_type(NODE_PATCH)}
-    assert patches["node-gpu-b-1"]["spec"]["taints"] == [
-        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-    ]
+    assert all("spec" not in p for p in patches.values())
     assert patches["node-gpu-b-1"]["metadata"]["labels"] == {
         "gpufleet.io/role": "gpu",
         "gpufleet.io/pool": "h100-b",
     }
-    assert patches["node-sys-0"]["spec"]["taints"] == []
     assert patches["node-sys-0"]["metadata"]["labels"]["gpufleet.io/role"] == "system"
+    jobs = {r.inputs["metadata"]["labels"]["gpufleet.io/pool"]: r for r in onprem.of_type("kubernetes:batch/v1:Job")}
+    assert sorted(jobs) == ["h100-a", "h100-b"]  # the system pool has no taints: no Job
+    # A taint Job runs after the labels it selects nodes by.
+    job_deps = onprem.depends(jobs["h100-b"])
+    assert {r.urn for r in onprem.of_type(NODE_PATCH) if r.name.startswith("node-gpu-b")} <= job_deps
 
 
 def test_releases_pinned_from_lock(onprem: OfflinePlan) -> None:

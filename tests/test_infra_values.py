@@ -51,6 +51,8 @@ def operator_managed(onprem: tuple[ClusterSpec, Lock]) -> tuple[ClusterSpec, Loc
 
 
 OP_ALLOWED = values.COMMENTED_UPSTREAM_KEYS["gpu-operator"]
+#: Keys upstream's values.yaml does not list but the chart reads: commented ones and subchart sections.
+OP_KNOWN = OP_ALLOWED + values.SUBCHART_KEYS["gpu-operator"]
 
 
 @needs_upstream
@@ -60,7 +62,7 @@ def test_operator_values_use_only_upstream_keys(
     upstream = _yaml(OPERATOR / "values.yaml")
     for spec, lock in (onprem, operator_managed):
         ours = values.gpu_operator_values(spec, lock, with_counters=True)
-        assert unknown_value_keys(ours, upstream, allowed=OP_ALLOWED) == []
+        assert unknown_value_keys(ours, upstream, allowed=OP_KNOWN) == []
 
 
 @needs_upstream
@@ -71,7 +73,7 @@ def test_misspelled_operator_keys_fail(onprem: tuple[ClusterSpec, Lock]) -> None
     bad["driver"]["kernelModuleTyp"] = "open"
     bad["dcgmExporter"]["config"]["nmae"] = "x"
     bad["validator"] = {"enabled": True}  # the chart has no validator.enabled: the validator always runs
-    assert sorted(unknown_value_keys(bad, upstream, allowed=OP_ALLOWED)) == [
+    assert sorted(unknown_value_keys(bad, upstream, allowed=OP_KNOWN)) == [
         "dcgmExporter.config.nmae",
         "dcgmExporter.serviceMonitor.enable",
         "driver.kernelModuleTyp",
@@ -169,7 +171,7 @@ def test_nvidia_drivers_validate_against_crd(operator_managed: tuple[ClusterSpec
 
 
 def test_nic_cluster_policy_targets_rdma_pools(onprem: tuple[ClusterSpec, Lock]) -> None:
-    ncp = values.nic_cluster_policy(onprem[0])
+    ncp = values.nic_cluster_policy(*onprem)
     term = ncp["spec"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][
         0
     ]
@@ -196,20 +198,26 @@ def test_lustre_volumes_distinct_and_exact(onprem: tuple[ClusterSpec, Lock]) -> 
     assert pvs["lustre-checkpoints-training"]["spec"]["capacity"] == {"storage": "262144Gi"}
 
 
-def test_gpu_node_patch_is_tainted_and_system_is_not(onprem: tuple[ClusterSpec, Lock]) -> None:
+def test_node_patch_sets_labels_never_taints(onprem: tuple[ClusterSpec, Lock]) -> None:
     spec = onprem[0]
     gpu_pool, sys_pool = spec.pools[1], spec.pools[0]
     gpu = manifests.node_patch(gpu_pool, gpu_pool.hosts[0])
-    assert gpu["metadata"] == {
+    assert gpu == {"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": "gpu-a-0",
         "labels": {"gpufleet.io/role": "gpu", "gpufleet.io/pool": "h100-a"},
-    }
-    assert gpu["spec"]["taints"] == [GPU_TAINT]
-    assert manifests.node_patch(sys_pool, sys_pool.hosts[0])["spec"]["taints"] == []
+    }}
+    assert "spec" not in manifests.node_patch(sys_pool, sys_pool.hosts[0])
+    # The taint reaches the GPU pool's nodes through the read-modify-write Job instead.
+    job = manifests.taint_job(gpu_pool, gpu_pool.hosts)
+    assert job is not None
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "kubectl", "taint", "nodes", "--selector", "gpufleet.io/pool=h100-a",
+        f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}", "--overwrite"]
+    assert manifests.taint_job(sys_pool, sys_pool.hosts) is None
 
 
 def _all_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
-    objs = manifests.platform_namespaces(spec) + manifests.priority_classes()
+    objs = manifests.platform_namespaces(spec) + manifests.priority_classes() + manifests.taint_rbac()
     for ns in spec.workload_namespaces:
         objs += manifests.network_policies(ns)
     objs += [
@@ -219,15 +227,17 @@ def _all_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
     ]
     for pool in spec.pools:
         objs += [manifests.node_patch(pool, h) for h in pool.hosts]
+        job = manifests.taint_job(pool, pool.hosts)
+        objs += [job] if job else []
     return objs
 
 
 def test_manifests_validate_with_kubernetes_schemas(onprem: tuple[ClusterSpec, Lock]) -> None:
     objs = _all_manifests(onprem[0])
-    assert len(objs) == 4 + 2 + 4 + 1 + 1 + 4 + 7
+    assert len(objs) == 5 + 2 + 3 + 4 + 1 + 1 + 4 + 7 + 2
     for obj in objs:
         kubernetes_validate.validate(obj, manifests.K8S_SCHEMA_VERSION, strict=True)
     bad = copy.deepcopy(objs[-1])
-    bad["spec"]["taints"][0]["effct"] = "NoSchedule"
+    bad["spec"]["template"]["spec"]["containers"][0]["securityContxt"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, manifests.K8S_SCHEMA_VERSION, strict=True)

@@ -240,11 +240,20 @@ def test_cuda_override_alone_blames_cuda_for_nccl() -> None:
 
 def test_unsupported_operator_chart() -> None:
     assert one(spec(versions={"gpu_operator": "v25.3.0"})) == (
-        "stacks/Pulumi.t.yaml: gpufleet:lock.versions.gpu_operator = 'v25.3.0': GPU Operator chart v25.3.0 "
-        "is not "
-        "one gpufleet validates its values against (v26.7.0). Fix: set versions.gpu_operator to v26.7.0 or "
-        "remove "
-        "the override")
+        "stacks/Pulumi.t.yaml: gpufleet:lock.versions.gpu_operator = 'v25.3.0': gpu-operator chart v25.3.0 "
+        "is not in gpufleet's chart catalog (known: v26.7.0; each with its release page or index.yaml entry "
+        "in gpufleet/catalog/charts.yaml). Fix: set versions.gpu_operator to v26.7.0 or remove the override")
+
+
+@pytest.mark.parametrize(("entry", "version", "known"), [
+    ("lustre_csi", "0.1.99", "0.1.12"),
+    ("network_operator", "25.4.0", "25.7.0"),
+    ("kube_prometheus_stack", "88.5.4", "88.5.3"),
+])
+def test_chart_version_unknown_to_the_catalog_fails(entry: str, version: str, known: str) -> None:
+    found = one(spec(versions={entry: version}))
+    assert f"gpufleet:lock.versions.{entry} = '{version}'" in found
+    assert f"known: {known};" in found and f"set versions.{entry} to {known}" in found
 
 
 # --- pools -----------------------------------------------------------------------------------------
@@ -308,7 +317,7 @@ def test_unknown_entry_and_bad_format_are_all_listed() -> None:
         "of: "
         "driver, kernel_module, fabric_manager, nscq, cuda, cudnn, nccl, dcgm, container_toolkit, "
         "gpu_operator, "
-        "dcgm_exporter_chart, rdma, lustre_client, kernel",
+        "dcgm_exporter_chart, network_operator, lustre_csi, kube_prometheus_stack, rdma, lustre_client, kernel",
         "stacks/Pulumi.t.yaml: gpufleet:lock.versions.nccl = '2.26.2': not a valid nccl version (expected "
         "e.g. "
         "2.26.2-1+cuda12.8). Fix: correct gpufleet:lock.versions.nccl or remove the override to use the "

@@ -24,7 +24,17 @@ def test_plan_json_onprem() -> None:
     assert node["key_inputs"] == {
         "node": "gpu-a-1",
         "labels": {"gpufleet.io/pool": "h100-a", "gpufleet.io/role": "gpu"},
-        "taints": ["nvidia.com/gpu=present:NoSchedule"],
+    }
+    job = next(x for x in data["resources"] if x["type"] == "kubernetes:batch/v1:Job"
+               and x["key_inputs"]["selector"] == "gpufleet.io/pool=h100-a")
+    assert job["key_inputs"]["taints"] == ["nvidia.com/gpu=present:NoSchedule"]
+    assert data["monitoring"] == {
+        "mode": "kube-prometheus-stack",
+        "prometheus": "kube-prometheus-stack 88.5.3 on system nodes",
+        "dcgm_exporter_service_monitor": True,
+        "prometheus_rules": ["gpufleet-gpu-alerts"],
+        "grafana_dashboard_configmaps": ["gpufleet-gpu-dashboard"],
+        "drift_textfile_metric": "not deployed (set gpufleet:drift to run the check in the cluster)",
     }
     rel = next(x for x in data["resources"] if x["type"].endswith("Release") and x["name"] == "gpu-operator")
     assert rel["key_inputs"] == {
@@ -40,9 +50,14 @@ def test_plan_json_onprem() -> None:
         "group_vars/all/cluster.yml",
         "group_vars/all/versions.yml",
         "group_vars/pool_h100-a/gpu_settings.yml",
+        "group_vars/pool_h100-a/kubelet.yml",
         "group_vars/pool_h100-b/gpu_settings.yml",
+        "group_vars/pool_h100-b/kubelet.yml",
         "hosts.yml",
     ]
+    kubelet = yaml.safe_load(data["inventory"]["group_vars/pool_h100-a/kubelet.yml"])
+    assert kubelet == {"host_tuning_kubelet_register_taints": [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
     assert "offline-plan-placeholder-kubeconfig" not in r.output
 
 

@@ -16,11 +16,8 @@ from gpufleet.spec import STACKS_DIR, load_spec, stack_name
 sys.path.insert(0, str(REPO_ROOT / "policy"))
 import gpufleet_policies as gp
 
-GPU_NODE = {
-    "metadata": {"name": "gpu-a-0", "labels": {"gpufleet.io/role": "gpu"}},
-    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-}
-SYS_NODE = {"metadata": {"name": "sys-0", "labels": {"gpufleet.io/role": "system"}}, "spec": {"taints": []}}
+GPU_NODE = {"metadata": {"name": "gpu-a-0", "labels": {"gpufleet.io/role": "gpu", "gpufleet.io/pool": "a"}}}
+SYS_NODE = {"metadata": {"name": "sys-0", "labels": {"gpufleet.io/role": "system"}}}
 TAINT_MSG = (
     "GPU nodes must carry the taint nvidia.com/gpu=present:NoSchedule so that only GPU workloads "
     "land there; add it to the pool's taints"
@@ -28,10 +25,21 @@ TAINT_MSG = (
 
 
 def test_untainted_gpu_pool_rejected() -> None:
-    untainted = {"metadata": GPU_NODE["metadata"], "spec": {"taints": []}}
-    assert gp.gpu_pool_tainted(gp.NODE_PATCH, untainted) == [TAINT_MSG]
-    assert gp.gpu_pool_tainted(gp.NODE_PATCH, GPU_NODE) == []
-    assert gp.gpu_pool_tainted(gp.NODE_PATCH, SYS_NODE) == []
+    job = {"metadata": {"labels": {"gpufleet.io/pool": "a"}}, "spec": {"template": {"spec": {"containers": [
+        {"command": ["kubectl", "taint", "nodes", "--selector", "gpufleet.io/pool=a",
+                     "nvidia.com/gpu=present:NoSchedule", "--overwrite"]}]}}}}
+    assert gp.gpu_nodes_tainted([(gp.NODE_PATCH, GPU_NODE), (gp.JOB, job)]) == []
+    assert gp.gpu_nodes_tainted([(gp.NODE_PATCH, GPU_NODE)]) == [
+        "GPU node gpu-a-0 (pool a) gets no nvidia.com/gpu=present:NoSchedule: no taint Job for its pool sets it"]
+    assert gp.gpu_nodes_tainted([(gp.NODE_PATCH, SYS_NODE)]) == []
+
+
+def test_node_patch_with_taints_rejected() -> None:
+    patched = {**GPU_NODE, "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
+                                                "effect": "NoSchedule"}]}}
+    assert gp.node_patch_without_taints(gp.NODE_PATCH, patched)[0].startswith(
+        "a node patch must not set spec.taints")
+    assert gp.node_patch_without_taints(gp.NODE_PATCH, GPU_NODE) == []
     eks = {
         "labels": {"gpufleet.io/role": "gpu"},
         "taints": [{"key": "nvidia.com/gpu", "effect": "NO_SCHEDULE"}],
@@ -46,7 +54,8 @@ def test_untainted_gpu_pool_rejected() -> None:
 def test_resource_adapter_reports_through_pulumi_callback() -> None:
     reported: list[tuple[str, Any]] = []
     validate = gp._resource_validator(gp.gpu_pool_tainted)
-    args = SimpleNamespace(resource_type=gp.NODE_PATCH, props={"metadata": GPU_NODE["metadata"], "spec": {}})
+    eks = {"labels": {"gpufleet.io/role": "gpu"}, "taints": []}
+    args = SimpleNamespace(resource_type=gp.EKS_NODE_GROUP, props=eks)
     validate(args, lambda msg, urn: reported.append((msg, urn)))
     assert reported == [(TAINT_MSG, None)]
 
@@ -107,17 +116,20 @@ def test_onprem_stack_without_taint_fails_the_pack() -> None:
     spec = load_spec("onprem-h100")
     plan = evaluate(spec, resolve_lock(spec))
     resources = [(r.type, r.inputs) for r in plan.resources]
-    stripped = [(t, {**p, "spec": {"taints": []}}) if t == gp.NODE_PATCH else (t, p) for t, p in resources]
-    assert gp.violations(stripped) == {"gpu-pools-tainted": [TAINT_MSG] * 4}
+    stripped = [(t, p) for t, p in resources if t != gp.JOB]
+    found = gp.violations(stripped)
+    assert list(found) == ["gpu-nodes-tainted"] and len(found["gpu-nodes-tainted"]) == 4
 
 
 def test_policies_construct_without_a_server() -> None:
     pols = gp.policies()
     assert [p.name for p in pols] == [
         "gpu-pools-tainted",
+        "node-patches-without-taints",
         "helm-charts-pinned",
         "no-public-ip-gpu-nodes",
         "system-pool-exists",
+        "gpu-nodes-tainted",
         "datasets-checkpoints-distinct",
     ]
     assert all(p.enforcement_level.value == "mandatory" for p in pols)

@@ -27,9 +27,14 @@ def key_inputs(res: PlannedResource) -> dict[str, Any]:
         return {"chart": i.get("chart"), "version": i.get("version"), "namespace": i.get("namespace"),
                 "repo": (i.get("repositoryOpts") or {}).get("repo")}
     if kind == "NodePatch":
-        taints = [f"{t['key']}={t.get('value', '')}:{t['effect']}"
-                  for t in (i.get("spec") or {}).get("taints", [])]
-        return {"node": meta.get("name"), "labels": meta.get("labels"), "taints": taints}
+        return {"node": meta.get("name"), "labels": meta.get("labels")}
+    if kind == "Job":
+        pod = ((i.get("spec") or {}).get("template") or {}).get("spec") or {}
+        cmds = [c.get("command") or [] for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]]
+        # Taint Jobs: `kubectl taint nodes --selector <pool> <key=value:effect> --overwrite`.
+        return {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                "taints": [c[5] for c in cmds if c[:3] == ["kubectl", "taint", "nodes"] and len(c) > 5],
+                "selector": next((c[4] for c in cmds if len(c) > 4), None)}
     if kind == "PersistentVolume":
         spec = i.get("spec") or {}
         return {"volumeHandle": (spec.get("csi") or {}).get("volumeHandle"),
@@ -49,6 +54,7 @@ def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str]) -
     releases = {r.inputs.get("chart"): r.inputs.get("values")
                 for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
     return {
+        "monitoring": monitoring_summary(spec, plan),
         "note": DISCLAIMER,
         "stack": spec.stack,
         "backend": spec.backend,
@@ -59,6 +65,32 @@ def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str]) -
         "values": releases,
         "inventory": inventory,
         "warnings": plan.warnings,
+    }
+
+
+def monitoring_summary(spec: ClusterSpec, plan: OfflinePlan) -> dict[str, Any]:
+    """Who scrapes what: the monitoring stack, the ServiceMonitors and rules it picks up, the drift metric."""
+    if not plan.resources:
+        return {}
+    kinds = {r.type.rsplit(":", 1)[-1] for r in plan.resources}
+    releases = {r.inputs.get("chart"): r.inputs for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
+    exporter = ((releases.get("gpu-operator") or {}).get("values") or {}).get("dcgmExporter") or {}
+    standalone = (releases.get("dcgm-exporter") or {}).get("values") or {}
+    return {
+        "mode": spec.monitoring.mode,
+        "prometheus": (f"kube-prometheus-stack {releases['kube-prometheus-stack']['version']} on system nodes"
+                       if "kube-prometheus-stack" in releases
+                       else f"existing, selecting labels {spec.monitoring.selector}"),
+        "dcgm_exporter_service_monitor": bool((exporter.get("serviceMonitor") or {}).get("enabled")
+                                              or (standalone.get("serviceMonitor") or {}).get("enabled")),
+        "prometheus_rules": [r.inputs["metadata"]["name"]
+                             for r in plan.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")],
+        "grafana_dashboard_configmaps": [
+            r.inputs["metadata"]["name"] for r in plan.of_type("kubernetes:core/v1:ConfigMap")
+            if (r.inputs["metadata"].get("labels") or {}).get("grafana_dashboard")],
+        "drift_textfile_metric": ("node_exporter textfile collector on the node labelled "
+                                  "gpufleet.io/drift-metrics=true" if "CronJob" in kinds
+                                  else "not deployed (set gpufleet:drift to run the check in the cluster)"),
     }
 
 
@@ -88,6 +120,9 @@ def _print(console: Console, data: dict[str, Any]) -> None:
     console.print(f"[bold yellow]{data['note']}[/]")
     console.print(f"stack [bold]{data['stack']}[/] (backend {data['backend']})")
     console.print_json(json.dumps({"lock": data["lock"]}))
+    if data["monitoring"]:
+        console.print("[bold]monitoring[/]")
+        console.print_json(json.dumps(data["monitoring"]))
     if data["resources"]:
         children: dict[str | None, list[dict[str, Any]]] = {}
         for r in data["resources"]:

@@ -18,6 +18,10 @@ class PoolHandle:
     pool: NodePool
     #: Hosts Ansible reaches; empty for pools whose nodes Ansible does not manage.
     hosts: tuple[Host, ...] = ()
+    #: True when the backend's node group definition carries the pool's taints (cloud node groups register
+    #: their nodes with them: ``gpufleet.infra.scheduling.node_taints(pool)``), so nothing taints them later.
+    #: False for nodes that exist already: the platform layer taints them by read-modify-write.
+    taints_at_registration: bool = False
 
 
 @dataclass

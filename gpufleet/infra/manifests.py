@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
+import yaml
+
+from gpufleet import REPO_ROOT
+from gpufleet.catalog.charts import IMAGES
 from gpufleet.infra import charts
-from gpufleet.infra.scheduling import gpu_node_tolerations, node_labels, node_taints
+from gpufleet.infra.scheduling import (
+    CONTROL_PLANE_TOLERATION,
+    POOL_LABEL,
+    SYSTEM_NODE_SELECTOR,
+    gpu_node_tolerations,
+    node_labels,
+    taint_commands,
+)
 from gpufleet.infra.values import COUNTERS_CONFIGMAP, COUNTERS_KEY
 from gpufleet.spec import ClusterSpec, Host, Lustre, LustreVolume, NodePool
 
@@ -22,20 +35,68 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 }
 
 
-def namespace(name: str, privileged: bool = False) -> dict[str, Any]:
-    labels = dict(MANAGED_BY)
-    if privileged:
-        # Operators run privileged node agents (drivers, device plugins, RDMA plugins).
-        labels["pod-security.kubernetes.io/enforce"] = "privileged"
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+PSA = "pod-security.kubernetes.io"
+#: Namespaces the program's objects use but does not create: Kubernetes' own, and the Lustre CSI chart's,
+#: which the chart creates (the program labels it with a NamespacePatch).
+EXTERNAL_NAMESPACES = frozenset({"kube-system", charts.LUSTRE_NAMESPACE})
+#: Pod Security level each platform namespace needs, and why (docs/pulumi.md lists the same).
+PLATFORM_LEVELS: dict[str, str] = {
+    # Driver, toolkit, device plugin and MIG manager run privileged with host paths.
+    charts.GPU_OPERATOR_NAMESPACE: "privileged",
+    # RDMA shared device plugin and OFED driver: privileged, host network and paths.
+    charts.NETWORK_OPERATOR_NAMESPACE: "privileged",
+    # node-exporter (hostNetwork, hostPID, hostPath) and dcgm-exporter (SYS_ADMIN).
+    charts.MONITORING_NAMESPACE: "privileged",
+    # The CSI node plugin is privileged with Bidirectional mount propagation.
+    charts.LUSTRE_NAMESPACE: "privileged",
+}
+
+
+def pod_security_labels(level: str, *, enforce: bool = True) -> dict[str, str]:
+    """Pod Security admission labels: warn and audit always, enforce when asked."""
+    labels = {f"{PSA}/warn": level, f"{PSA}/warn-version": "latest",
+              f"{PSA}/audit": level, f"{PSA}/audit-version": "latest"}
+    if enforce:
+        labels |= {f"{PSA}/enforce": level, f"{PSA}/enforce-version": "latest"}
+    return labels
+
+
+def namespace(name: str, level: str, *, enforce: bool = True) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {**MANAGED_BY, **pod_security_labels(level, enforce=enforce)}}}
+
+
+def gpufleet_namespace_level(spec: ClusterSpec) -> str:
+    # The drift CronJob writes its metric into node_exporter's textfile directory (a hostPath volume, which
+    # baseline forbids); the node taint Jobs alone meet restricted.
+    return "privileged" if spec.drift is not None else "restricted"
 
 
 def platform_namespaces(spec: ClusterSpec) -> list[dict[str, Any]]:
-    out = [namespace(charts.GPU_OPERATOR_NAMESPACE, privileged=True), namespace(charts.MONITORING_NAMESPACE)]
+    """Every namespace the program creates, each labelled with the Pod Security level its pods need."""
+    out = [namespace(charts.GPU_OPERATOR_NAMESPACE, PLATFORM_LEVELS[charts.GPU_OPERATOR_NAMESPACE])]
+    if spec.monitoring.mode == "kube-prometheus-stack":
+        out.append(namespace(charts.MONITORING_NAMESPACE, PLATFORM_LEVELS[charts.MONITORING_NAMESPACE]))
     if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools):
-        out.append(namespace(charts.NETWORK_OPERATOR_NAMESPACE, privileged=True))
-    out += [namespace(ns) for ns in spec.workload_namespaces]
+        out.append(namespace(charts.NETWORK_OPERATOR_NAMESPACE, PLATFORM_LEVELS[charts.NETWORK_OPERATOR_NAMESPACE]))
+    out.append(namespace(charts.GPUFLEET_NAMESPACE, gpufleet_namespace_level(spec)))
+    level, enforce = spec.pod_security.level, spec.pod_security.enforce
+    out += [namespace(ns, level, enforce=enforce) for ns in spec.workload_namespaces]
     return out
+
+
+def external_namespaces(spec: ClusterSpec) -> frozenset[str]:
+    """Namespaces objects of ours live in that the program does not create (declared, never guessed)."""
+    if spec.monitoring.mode == "existing":
+        return EXTERNAL_NAMESPACES | {charts.MONITORING_NAMESPACE}
+    return EXTERNAL_NAMESPACES
+
+
+def lustre_namespace_patch() -> dict[str, Any]:
+    """The Lustre chart creates its namespace unlabelled: the labels are patched on (a granular map)."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": charts.LUSTRE_NAMESPACE,
+                         "labels": pod_security_labels(PLATFORM_LEVELS[charts.LUSTRE_NAMESPACE])}}
 
 
 def priority_classes() -> list[dict[str, Any]]:
@@ -129,8 +190,97 @@ def lustre_node_tolerations_patch(spec: ClusterSpec) -> dict[str, Any]:
             "spec": {"template": {"spec": {"tolerations": gpu_node_tolerations(spec.gpu_pools)}}}}
 
 
-def node_patch(pool: NodePool, host: Host) -> dict[str, Any]:
-    """Labels and taints an existing node gets (server-side apply: only these fields are ours)."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": host.name, "labels": node_labels(pool)},
-            "spec": {"taints": node_taints(pool)}}
+def node_patch(pool: NodePool, host: Host, *, operator_components: bool = False,
+               drift_metrics: bool = False) -> dict[str, Any]:
+    """Labels an existing node gets, by server-side apply (labels are a granular map: other managers'
+    labels stay). Never taints: ``spec.taints`` is an atomic list, see :func:`taint_job`."""
+    labels = node_labels(pool, operator_components=operator_components)
+    if drift_metrics:
+        labels[DRIFT_METRICS_LABEL] = "true"
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": host.name, "labels": labels}}
+
+
+#: Node whose node_exporter publishes the drift metric (the drift CronJob runs there).
+DRIFT_METRICS_LABEL = "gpufleet.io/drift-metrics"
+TAINTER = "gpufleet-node-taints"
+#: Restricted-level pod and container security (what every pod of ours meets unless it needs a host path).
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                  "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]}}
+
+
+def system_placement() -> dict[str, Any]:
+    return {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": [dict(CONTROL_PLANE_TOLERATION)]}
+
+
+def taint_rbac() -> list[dict[str, Any]]:
+    """Identity of the taint Jobs: read and patch Nodes, nothing else."""
+    ns = charts.GPUFLEET_NAMESPACE
+    meta = {"name": TAINTER, "labels": dict(MANAGED_BY)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TAINTER},
+         "subjects": [{"kind": "ServiceAccount", "name": TAINTER, "namespace": ns}]},
+    ]
+
+
+def taint_job(pool: NodePool, hosts: list[Host]) -> dict[str, Any] | None:
+    """A Job giving the pool's registered nodes the pool's taints by read-modify-write (kubectl taint),
+    keeping every other manager's taints. Its name carries a digest of the taints and hosts: a Job is
+    immutable, so a change makes a new one that runs again. None when the pool has no taints."""
+    commands = taint_commands(pool)
+    if not commands:
+        return None
+    digest = hashlib.sha256(json.dumps([commands, sorted(h.name for h in hosts)]).encode()).hexdigest()[:8]
+    containers = [{"name": f"taint-{i}", "image": IMAGES["kubectl"].ref, "command": cmd,
+                   "securityContext": dict(RESTRICTED_CONTAINER),
+                   "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}}
+                  for i, cmd in enumerate(commands)]
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"taints-{pool.name}-{digest}", "namespace": charts.GPUFLEET_NAMESPACE,
+                         "labels": {**MANAGED_BY, POOL_LABEL: pool.name}},
+            "spec": {"backoffLimit": 4, "ttlSecondsAfterFinished": 86400, "template": {
+                "metadata": {"labels": {**MANAGED_BY, POOL_LABEL: pool.name}},
+                "spec": {"serviceAccountName": TAINTER, "restartPolicy": "OnFailure",
+                         "securityContext": dict(RESTRICTED_POD), **system_placement(),
+                         # One after the other (init containers run in order): see taint_commands.
+                         "initContainers": containers[:-1], "containers": containers[-1:]}}}}
+
+
+DRIFT = "gpufleet-drift"
+CRONJOB_FILE = REPO_ROOT / "gpufleet" / "drift" / "deploy" / "cronjob.yaml"
+#: The placeholder cronjob.yaml carries where the stack's gpufleet:drift.image goes.
+DRIFT_IMAGE_PLACEHOLDER = "GPUFLEET_DRIFT_IMAGE"
+
+
+def drift_objects(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """The drift CronJob (the one definition: gpufleet/drift/deploy/cronjob.yaml) with the stack's pinned
+    image, schedule and stack name, and its own ServiceAccount without an API token (it needs no API)."""
+    if spec.drift is None:
+        return []
+    cron = yaml.safe_load(CRONJOB_FILE.read_text())
+    cron["spec"]["schedule"] = spec.drift.schedule
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    for c in pod["containers"]:
+        if c["image"] == DRIFT_IMAGE_PLACEHOLDER:
+            c["image"] = spec.drift.image
+        for env in c.get("env", []):
+            if env["name"] == "GPUFLEET_STACK":
+                env["value"] = spec.stack
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+          "metadata": {"name": pod["serviceAccountName"], "namespace": cron["metadata"]["namespace"],
+                       "labels": dict(MANAGED_BY)}}
+    return [sa, cron]
+
+
+def dashboard_configmap(ns: str, text: str) -> dict[str, Any]:
+    """The Grafana dashboard as a ConfigMap the Grafana sidecar loads (kube-prometheus-stack values:
+    grafana.sidecar.dashboards.label grafana_dashboard, labelValue "1")."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpufleet-gpu-dashboard", "namespace": ns,
+                         "labels": {**MANAGED_BY, "grafana_dashboard": "1"}},
+            "data": {"gpufleet-gpus.json": text}}

@@ -1,8 +1,13 @@
-"""Offline evaluation of the Pulumi program with the SDK's mocks (``gpufleet plan``).
+"""Offline evaluation of the Pulumi program with the SDK's public mock API (``gpufleet plan``, tests).
 
-This runs our program against a mock engine: no Pulumi CLI, no provider plugins, no cluster. It shows
-what the program declares (resources, parents, inputs) — it is NOT ``pulumi preview``, which diffs
-against real state and lets the providers check the inputs.
+This runs our program against ``pulumi.runtime.set_mocks`` inside ``@pulumi.runtime.test``: no Pulumi
+CLI, no provider plugins, no cluster. It shows what the program declares (resources, parents, inputs,
+dependencies) — it is NOT ``pulumi preview``, which diffs against real state and lets the providers check
+the inputs.
+
+Everything used is public SDK API: ``Mocks.new_resource`` sees each resource's type, name and resolved
+inputs; a stack transformation (``pulumi.runtime.register_stack_transformation``, run by the SDK for every
+resource) sees its parent and ``depends_on``.
 """
 
 from __future__ import annotations
@@ -12,16 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-from pulumi.runtime import mocks as pulumi_mocks
 
 from gpufleet.lock import Lock
 from gpufleet.spec import ClusterSpec
 
 DISCLAIMER = "offline evaluation with mocks — this is not `pulumi preview`"
-#: Marker the SDK puts on a deserialized secret value.
-_SECRET_SIG = "4dabf18193072939515e22adb298388d"
 REDACTED = "[secret]"
 PLACEHOLDER_KUBECONFIG = "offline-plan-placeholder-kubeconfig"
+#: Inputs that hold secrets, by resource type: shown as REDACTED whatever the mock received.
+SECRET_INPUTS: dict[str, tuple[str, ...]] = {
+    "pulumi:providers:kubernetes": ("kubeconfig",),
+    "kubernetes:core/v1:Secret": ("data", "stringData"),
+}
 
 
 @dataclass
@@ -34,6 +41,8 @@ class PlannedResource:
     parent_urn: str | None
     custom: bool
     inputs: dict[str, Any]
+    #: URNs of the resources this one ``depends_on`` (explicitly, as the program declares it).
+    depends_on: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -49,37 +58,73 @@ class OfflinePlan:
     def named(self, name: str) -> PlannedResource:
         return next(r for r in self.resources if r.name == name)
 
+    def by_urn(self, urn: str) -> PlannedResource:
+        return next(r for r in self.resources if r.urn == urn)
 
-def redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        if _SECRET_SIG in value:
-            return REDACTED
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
+    def depends(self, res: PlannedResource) -> set[str]:
+        """URNs ``res`` waits for: its own depends_on and its ancestors', transitively (as the engine does)."""
+        seen: set[str] = set()
+        todo = [res]
+        while todo:
+            cur = todo.pop()
+            nxt = list(cur.depends_on) + ([cur.parent_urn] if cur.parent_urn else [])
+            for urn in nxt:
+                if urn not in seen:
+                    seen.add(urn)
+                    todo.append(self.by_urn(urn))
+        return seen
+
+
+def redact(type_: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    secret = SECRET_INPUTS.get(type_, ())
+    return {k: (REDACTED if k in secret else v) for k, v in inputs.items()}
 
 
 class _Mocks(pulumi.runtime.Mocks):
+    """Returns each resource's inputs as its state and records them."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[tuple[str, str], tuple[bool, dict[str, Any]]] = {}
+
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        self.inputs[(args.typ, args.name)] = (bool(args.custom), dict(args.inputs))
         return f"{args.name}-id", dict(args.inputs)
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         return {}, None
 
 
-class _Monitor(pulumi_mocks.MockMonitor):
-    """Records what the plain mock monitor drops: each resource's parent and whether it is custom."""
+@dataclass
+class _Declared:
+    type: str
+    name: str
+    parent: tuple[str, str] | None
+    depends_on: list[tuple[str, str]]
 
-    def __init__(self, mocks: _Mocks) -> None:
-        super().__init__(mocks)
-        self.order: list[tuple[str, str, str, str, bool]] = []
 
-    def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
-        if request.type != "pulumi:pulumi:Stack":
-            self.order.append((response.urn, request.type, request.name, request.parent, request.custom))
-        return response
+def _key(res: pulumi.Resource) -> tuple[str, str]:
+    # A stack transformation sees resources before they are registered: type and name are what it was
+    # given; resources are recorded under the same pair as the mock records them.
+    return (getattr(res, "_gpufleet_type", ""), getattr(res, "_gpufleet_name", ""))
+
+
+class _Record:
+    """Stack transformation: records parent and depends_on of every resource, changes nothing."""
+
+    def __init__(self) -> None:
+        self.declared: list[_Declared] = []
+
+    def __call__(self, args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:
+        res = args.resource
+        res._gpufleet_type = args.type_  # type: ignore[attr-defined]
+        res._gpufleet_name = args.name  # type: ignore[attr-defined]
+        opts = args.opts
+        parent = _key(opts.parent) if opts.parent is not None and hasattr(opts.parent, "_gpufleet_type") else None
+        deps = opts.depends_on or []
+        deps_list = deps if isinstance(deps, list) else [deps]
+        self.declared.append(_Declared(args.type_, args.name, parent,
+                                       [_key(d) for d in deps_list if isinstance(d, pulumi.Resource)]))
+        return None
 
 
 class _Collect(logging.Handler):
@@ -93,35 +138,49 @@ class _Collect(logging.Handler):
         self.warnings.append(record.getMessage())
 
 
+def _urns(declared: list[_Declared], stack: str) -> dict[tuple[str, str], str]:
+    """URNs as the engine forms them: the parent's type chain, then the type, then the name."""
+    by_key = {(d.type, d.name): d for d in declared}
+    out: dict[tuple[str, str], str] = {}
+
+    def chain(d: _Declared) -> str:
+        if d.parent is None or d.parent not in by_key:
+            return d.type
+        return chain(by_key[d.parent]) + "$" + d.type
+
+    for d in declared:
+        out[(d.type, d.name)] = f"urn:pulumi:{stack}::gpufleet::{chain(d)}::{d.name}"
+    return out
+
+
 def evaluate(spec: ClusterSpec, lock: Lock, *, operator_dcgm_exporter: bool = True) -> OfflinePlan:
     """Run the program for ``spec`` against mocks and return what it declared."""
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
-
     mocks = _Mocks()
-    monitor = _Monitor(mocks)
     collect = _Collect()
     logger = logging.getLogger("gpufleet.offline")
     logger.propagate = False
     logger.handlers = [collect]
-    pulumi.runtime.set_mocks(mocks, project="gpufleet", stack=spec.stack, preview=True,
-                             monitor=monitor, logger=logger)
+    pulumi.runtime.set_mocks(mocks, project="gpufleet", stack=spec.stack, preview=True, logger=logger)
+    record = _Record()
+    pulumi.runtime.register_stack_transformation(record)
     # Program modules are imported only now, after set_mocks, as the SDK's mock testing requires.
     from gpufleet.infra import program
 
     outputs: dict[str, Any] = {}
 
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def run() -> None:
         kubeconfig = pulumi.Output.secret(PLACEHOLDER_KUBECONFIG) if spec.backend == "existing" else None
         outputs.update(program.build(spec, lock, kubeconfig, operator_dcgm_exporter=operator_dcgm_exporter))
 
-    _sync_await(run_pulumi_func(run))
-    by_urn = {urn: name for urn, _t, name, _p, _c in monitor.order}
+    run()
+    urns = _urns(record.declared, spec.stack)
     resources = []
-    for urn, type_, name, parent, custom in monitor.order:
-        state = monitor.resources.get(urn)
+    for d in record.declared:
+        custom, inputs = mocks.inputs.get((d.type, d.name), (False, {}))
+        parent_urn = urns.get(d.parent) if d.parent else None
         resources.append(PlannedResource(
-            type=type_, name=name, urn=urn, parent=by_urn.get(parent),
-            parent_urn=parent if parent in by_urn else None, custom=bool(custom),
-            inputs=redact(dict(state.state)) if state is not None else {}))
+            type=d.type, name=d.name, urn=urns[(d.type, d.name)], parent=d.parent[1] if d.parent else None,
+            parent_urn=parent_urn, custom=custom, inputs=redact(d.type, inputs),
+            depends_on=[urns[k] for k in d.depends_on if k in urns]))
     return OfflinePlan(stack=spec.stack, resources=resources, outputs=outputs, warnings=collect.warnings)

@@ -1,7 +1,19 @@
-"""The Kubernetes platform layer shared by every backend (ComponentResources, children ``parent=self``)."""
+"""The Kubernetes platform layer shared by every backend (ComponentResources, children ``parent=self``).
+
+Install order is explicit: every consumer of a CRD ``depends_on`` the release that installs it
+(docs/pulumi.md, "Install order"; ``tests/test_infra_program.py`` asserts the edges):
+
+- monitoring (kube-prometheus-stack: the Prometheus Operator CRDs) before the GPU Operator, whose
+  dcgm-exporter ServiceMonitor the operator silently skips without the CRD, before the standalone
+  dcgm-exporter chart, and before our PrometheusRules;
+- the GPU Operator (it installs NFD and its CRDs) before the Network Operator, whose NodeFeatureRule
+  needs them; the Network Operator release (its CRDs) before the NicClusterPolicy;
+- the GPU Operator before the NVIDIADriver objects; node labels before the taint Jobs that select by them.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +23,27 @@ import pulumi_kubernetes as k8s
 from gpufleet.infra import charts, manifests, values
 from gpufleet.infra.contract import BackendHandles
 from gpufleet.lock import Lock
+from gpufleet.monitoring.rules import render_prometheus_rule
 from gpufleet.spec import ClusterSpec
+
+#: kind -> typed resource class (a patch: only the fields given are ours, by server-side apply).
+_KINDS: dict[tuple[str, bool], Any] = {
+    ("Namespace", False): k8s.core.v1.Namespace,
+    ("Namespace", True): k8s.core.v1.NamespacePatch,
+    ("ConfigMap", False): k8s.core.v1.ConfigMap,
+    ("ServiceAccount", False): k8s.core.v1.ServiceAccount,
+    ("PriorityClass", False): k8s.scheduling.v1.PriorityClass,
+    ("NetworkPolicy", False): k8s.networking.v1.NetworkPolicy,
+    ("StorageClass", False): k8s.storage.v1.StorageClass,
+    ("PersistentVolume", False): k8s.core.v1.PersistentVolume,
+    ("PersistentVolumeClaim", False): k8s.core.v1.PersistentVolumeClaim,
+    ("Node", True): k8s.core.v1.NodePatch,
+    ("DaemonSet", True): k8s.apps.v1.DaemonSetPatch,
+    ("ClusterRole", False): k8s.rbac.v1.ClusterRole,
+    ("ClusterRoleBinding", False): k8s.rbac.v1.ClusterRoleBinding,
+    ("Job", False): k8s.batch.v1.Job,
+    ("CronJob", False): k8s.batch.v1.CronJob,
+}
 
 
 def _res_name(obj: dict[str, Any]) -> str:
@@ -20,33 +52,20 @@ def _res_name(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{ns + '-' if ns else ''}{meta['name']}"
 
 
-def apply(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+
+
+def apply(obj: dict[str, Any], opts: pulumi.ResourceOptions, *, patch: bool = False) -> pulumi.CustomResource:
     """One Kubernetes object (as rendered in ``manifests``/``values``) as a typed Pulumi resource."""
-    name, kind, meta = _res_name(obj), obj["kind"], obj["metadata"]
-    if kind == "Namespace":
-        return k8s.core.v1.Namespace(name, metadata=meta, opts=opts)
-    if kind == "ConfigMap":
-        return k8s.core.v1.ConfigMap(name, metadata=meta, data=obj["data"], opts=opts)
-    if kind == "PriorityClass":
-        return k8s.scheduling.v1.PriorityClass(
-            name, metadata=meta, value=obj["value"], global_default=obj["globalDefault"],
-            preemption_policy=obj["preemptionPolicy"], description=obj["description"], opts=opts)
-    if kind == "NetworkPolicy":
-        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
-    if kind == "StorageClass":
-        return k8s.storage.v1.StorageClass(
-            name, metadata=meta, provisioner=obj["provisioner"], reclaim_policy=obj["reclaimPolicy"],
-            volume_binding_mode=obj["volumeBindingMode"], opts=opts)
-    if kind == "PersistentVolume":
-        return k8s.core.v1.PersistentVolume(name, metadata=meta, spec=obj["spec"], opts=opts)
-    if kind == "PersistentVolumeClaim":
-        return k8s.core.v1.PersistentVolumeClaim(name, metadata=meta, spec=obj["spec"], opts=opts)
-    if kind == "Node":
-        return k8s.core.v1.NodePatch(name, metadata=meta, spec=obj["spec"], opts=opts)
-    if kind == "DaemonSet":
-        return k8s.apps.v1.DaemonSetPatch(name, metadata=meta, spec=obj["spec"], opts=opts)
-    return k8s.apiextensions.CustomResource(
-        name, api_version=obj["apiVersion"], kind=kind, metadata=meta, spec=obj["spec"], opts=opts)
+    name, kind = _res_name(obj), obj["kind"]
+    fields = {_snake(k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    cls = _KINDS.get((kind, patch))
+    if cls is not None:
+        res: pulumi.CustomResource = cls(name + ("-patch" if patch and kind == "Namespace" else ""), **fields,
+                                         opts=opts)
+        return res
+    return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind, **fields, opts=opts)
 
 
 def _release(chart: charts.Chart, vals: dict[str, Any], opts: pulumi.ResourceOptions,
@@ -68,6 +87,8 @@ class _Component(pulumi.ComponentResource):
 
 
 class Namespaces(_Component):
+    """Every namespace the program creates, with the Pod Security level its pods need."""
+
     def __init__(self, name: str, spec: ClusterSpec, provider: k8s.Provider,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("Namespaces", name, provider, opts)
@@ -76,15 +97,31 @@ class Namespaces(_Component):
 
 
 class PlaneSeparation(_Component):
-    """GPU nodes labelled and tainted, system nodes labelled, PriorityClasses, and default-deny
-    NetworkPolicies with explicit allows in every GPU workload namespace."""
+    """Node labels (a server-side-apply patch), taints of registered nodes (read-modify-write Jobs),
+    PriorityClasses, and default-deny NetworkPolicies with explicit allows in every workload namespace."""
 
-    def __init__(self, name: str, spec: ClusterSpec, backend: BackendHandles, provider: k8s.Provider,
-                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, spec: ClusterSpec, lock: Lock, backend: BackendHandles,
+                 provider: k8s.Provider, namespaces: Namespaces,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PlaneSeparation", name, provider, opts)
+        operator_components = lock.toolkit_managed_by == "operator" or lock.driver_managed_by == "operator"
+        first_system = next((h.name for p in backend.pools if p.pool.role == "system" for h in p.hosts), None)
+        rbac: list[pulumi.Resource] = []
         for handle in backend.pools:
-            for host in handle.hosts:
-                apply(manifests.node_patch(handle.pool, host), self.child())
+            labelled = [apply(manifests.node_patch(handle.pool, host, operator_components=operator_components,
+                                                   drift_metrics=spec.drift is not None
+                                                   and host.name == first_system),
+                              self.child(), patch=True)
+                        for host in handle.hosts]
+            # Cloud node groups register their nodes with the taints; nothing patches them afterwards.
+            if not handle.hosts or handle.taints_at_registration:
+                continue
+            job = manifests.taint_job(handle.pool, list(handle.hosts))
+            if job is None:
+                continue
+            if not rbac:
+                rbac = [apply(o, self.child(namespaces.namespaces)) for o in manifests.taint_rbac()]
+            apply(job, self.child([*namespaces.namespaces, *rbac, *labelled]))
         for obj in manifests.priority_classes():
             apply(obj, self.child())
         for ns in spec.workload_namespaces:
@@ -93,16 +130,39 @@ class PlaneSeparation(_Component):
         self.register_outputs({})
 
 
+class Monitoring(_Component):
+    """kube-prometheus-stack on system nodes (or an existing Prometheus, selected by label), our
+    PrometheusRules and the Grafana dashboard. ``crds`` is what CRD consumers depend on."""
+
+    def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
+                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("Monitoring", name, provider, opts)
+        ns = charts.MONITORING_NAMESPACE
+        self.crds: list[pulumi.Resource] = []
+        self.release: k8s.helm.v3.Release | None = None
+        if spec.monitoring.mode == "kube-prometheus-stack":
+            chart = charts.kube_prometheus_stack(lock)
+            self.values = values.kube_prometheus_stack_values(spec)
+            self.release = _release(chart, self.values, self.child(namespaces.namespaces))
+            self.crds = [self.release]
+        rule = render_prometheus_rule(namespace=ns)
+        rule["metadata"]["labels"].update(values.monitor_labels(spec))
+        apply(rule, self.child([*namespaces.namespaces, *self.crds]))
+        apply(manifests.dashboard_configmap(ns, values.DASHBOARD_FILE.read_text()),
+              self.child(namespaces.namespaces))
+        self.register_outputs({"mode": spec.monitoring.mode})
+
+
 class GpuOperator(_Component):
     def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
-                 namespaces: Namespaces, *, dcgm_exporter: bool = True,
+                 namespaces: Namespaces, monitoring: Monitoring, *, dcgm_exporter: bool = True,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("GpuOperator", name, provider, opts)
         csv = values.counters_csv() if dcgm_exporter else None
-        chart = charts.gpu_operator(lock.gpu_operator)
-        deps: list[pulumi.Resource] = list(namespaces.namespaces)
+        chart = charts.gpu_operator(lock)
+        deps: list[pulumi.Resource] = [*namespaces.namespaces, *monitoring.crds]
         if csv is not None:
-            deps.append(apply(manifests.counters_configmap(csv, chart.namespace), self.child(deps)))
+            deps.append(apply(manifests.counters_configmap(csv, chart.namespace), self.child(namespaces.namespaces)))
         elif dcgm_exporter:
             pulumi.log.warn(f"{values.COUNTERS_FILE} is missing: dcgm-exporter keeps its built-in counters")
         self.values = values.gpu_operator_values(spec, lock, with_counters=csv is not None,
@@ -117,40 +177,58 @@ class DcgmExporter(_Component):
     """Standalone exporter: only for clusters where the GPU Operator's own exporter is off."""
 
     def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
-                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None) -> None:
+                 namespaces: Namespaces, monitoring: Monitoring,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("DcgmExporter", name, provider, opts)
         csv = values.counters_csv()
-        chart = charts.dcgm_exporter(lock.dcgm_exporter_chart)
-        deps: list[pulumi.Resource] = list(namespaces.namespaces)
+        chart = charts.dcgm_exporter(lock)
+        deps: list[pulumi.Resource] = [*namespaces.namespaces, *monitoring.crds]
         if csv is not None:
-            deps.append(apply(manifests.counters_configmap(csv, chart.namespace), self.child(deps)))
+            deps.append(apply(manifests.counters_configmap(csv, chart.namespace), self.child(namespaces.namespaces)))
         self.values = values.dcgm_exporter_values(spec, with_counters=csv is not None)
         self.release = _release(chart, self.values, self.child(deps))
         self.register_outputs({"chart": chart.name, "version": chart.version})
 
 
 class NetworkOperator(_Component):
-    def __init__(self, name: str, spec: ClusterSpec, provider: k8s.Provider, namespaces: Namespaces,
+    def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
+                 namespaces: Namespaces, gpu_operator: GpuOperator,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("NetworkOperator", name, provider, opts)
-        chart = charts.network_operator()
-        self.release = _release(chart, values.network_operator_values(), self.child(namespaces.namespaces))
-        self.policy = apply(values.nic_cluster_policy(spec), self.child([self.release]))
+        chart = charts.network_operator(lock)
+        # Its NodeFeatureRule needs the NFD CRDs, which the gpu-operator chart installs.
+        self.release = _release(chart, values.network_operator_values(spec),
+                                self.child([*namespaces.namespaces, gpu_operator.release]))
+        self.policy = apply(values.nic_cluster_policy(spec, lock), self.child([self.release]))
         self.register_outputs({"chart": chart.name, "version": chart.version})
 
 
 class LustreStorage(_Component):
-    def __init__(self, name: str, spec: ClusterSpec, provider: k8s.Provider, namespaces: Namespaces,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
+                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("LustreStorage", name, provider, opts)
-        chart = charts.lustre_csi()
-        # The chart creates lustre-csi-system itself, so its release record lives in kube-system.
+        chart = charts.lustre_csi(lock)
+        # The chart creates lustre-csi-system itself, so its release record lives in kube-system and the
+        # namespace gets its Pod Security labels by a patch once the chart made it.
         self.release = _release(chart, {}, self.child(), namespace="kube-system")
-        apply(manifests.lustre_node_tolerations_patch(spec), self.child([self.release]))
+        apply(manifests.lustre_namespace_patch(), self.child([self.release]), patch=True)
+        apply(manifests.lustre_node_tolerations_patch(spec), self.child([self.release]), patch=True)
         storage_class = apply(manifests.lustre_storage_class(), self.child())
         for obj in manifests.lustre_volumes(spec):
             apply(obj, self.child([storage_class, *namespaces.namespaces]))
         self.register_outputs({"chart": chart.name, "version": chart.version})
+
+
+class DriftCheck(_Component):
+    """The drift CronJob with its own token-less ServiceAccount (when the stack sets gpufleet:drift)."""
+
+    def __init__(self, name: str, spec: ClusterSpec, provider: k8s.Provider, namespaces: Namespaces,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("DriftCheck", name, provider, opts)
+        deps: list[pulumi.Resource] = list(namespaces.namespaces)
+        for obj in manifests.drift_objects(spec):
+            deps.append(apply(obj, self.child(deps)))
+        self.register_outputs({})
 
 
 class Platform(pulumi.ComponentResource):
@@ -164,14 +242,18 @@ class Platform(pulumi.ComponentResource):
         provider = backend.provider
         mine = pulumi.ResourceOptions(parent=self)
         self.namespaces = Namespaces("namespaces", spec, provider, mine)
-        self.separation = PlaneSeparation("separation", spec, backend, provider, self.namespaces, mine)
-        self.gpu_operator = GpuOperator("gpu-operator", spec, lock, provider, self.namespaces,
+        self.separation = PlaneSeparation("separation", spec, lock, backend, provider, self.namespaces, mine)
+        self.monitoring = Monitoring("monitoring", spec, lock, provider, self.namespaces, mine)
+        self.gpu_operator = GpuOperator("gpu-operator", spec, lock, provider, self.namespaces, self.monitoring,
                                         dcgm_exporter=operator_dcgm_exporter, opts=mine)
         self.dcgm_exporter = (None if operator_dcgm_exporter
-                              else DcgmExporter("dcgm-exporter", spec, lock, provider, self.namespaces, mine))
+                              else DcgmExporter("dcgm-exporter", spec, lock, provider, self.namespaces,
+                                                self.monitoring, mine))
         self.network_operator = (
-            NetworkOperator("network-operator", spec, provider, self.namespaces, mine)
+            NetworkOperator("network-operator", spec, lock, provider, self.namespaces, self.gpu_operator, mine)
             if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools) else None)
-        self.lustre = (LustreStorage("lustre", spec, provider, self.namespaces, mine)
+        self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine)
                        if spec.storage.lustre is not None else None)
+        self.drift = (DriftCheck("drift", spec, provider, self.namespaces, mine)
+                      if spec.drift is not None else None)
         self.register_outputs({})

@@ -1,4 +1,10 @@
-"""Control/data-plane separation: what GPU and system nodes carry, and what pods need to land on them."""
+"""Control/data-plane separation: what GPU and system nodes carry, and what pods need to land on them.
+
+Who owns what on a Node (docs/pulumi.md): labels are a granular map, so the program patches them with
+server-side apply next to other managers' labels. Taints are one atomic list under server-side apply, so
+they are never in a patch: the kubelet registers them (Ansible-managed pools), the node group definition
+carries them (cloud pools), and nodes already registered get them by read-modify-write (``taint_commands``).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,24 @@ GPU_TAINT: dict[str, str] = {"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "ef
 
 #: Operators and monitoring run on system nodes only, never next to training jobs.
 SYSTEM_NODE_SELECTOR: dict[str, str] = {ROLE_LABEL: "system"}
+#: System nodes may be control-plane nodes (small clusters): what runs there tolerates their taint.
+CONTROL_PLANE_TOLERATION: dict[str, str] = {
+    "key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+#: GPU Operator node labels that keep its operands off a node (gpu-operator docs, "Common chart
+#: customization options"): Ansible installs driver and toolkit there, the operator must not.
+OPERATOR_OFF_LABELS: dict[str, str] = {
+    "nvidia.com/gpu.deploy.driver": "false",
+    "nvidia.com/gpu.deploy.container-toolkit": "false",
+}
 
 
-def node_labels(pool: NodePool) -> dict[str, str]:
-    return {**pool.labels, ROLE_LABEL: pool.role, POOL_LABEL: pool.name}
+def node_labels(pool: NodePool, *, operator_components: bool = False) -> dict[str, str]:
+    """The pool's labels. ``operator_components``: the GPU Operator's driver/toolkit are on in this cluster
+    (a pool has host_management operator), so Ansible-managed GPU pools are labelled out of them."""
+    labels = {**pool.labels, ROLE_LABEL: pool.role, POOL_LABEL: pool.name}
+    if operator_components and pool.role == "gpu" and pool.host_management == "ansible":
+        labels.update(OPERATOR_OFF_LABELS)
+    return labels
 
 
 def node_taints(pool: NodePool) -> list[dict[str, str]]:
@@ -26,6 +46,23 @@ def node_taints(pool: NodePool) -> list[dict[str, str]]:
     if pool.role == "gpu":
         taints = [GPU_TAINT, *[t for t in taints if t["key"] != GPU_TAINT_KEY]]
     return taints
+
+
+def taint_spec(taint: dict[str, str]) -> str:
+    """``key=value:effect`` as kubectl taint and the kubelet's --register-with-taints write it."""
+    return f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
+
+
+def taint_commands(pool: NodePool) -> list[list[str]]:
+    """kubectl commands (argv, no shell: the kubectl image has none) giving the pool's nodes our taints.
+
+    ``kubectl taint`` reads each node and writes the list with our taint added or updated in place, so the
+    taints of the kubelet, the node lifecycle controller or an admin stay (what ``kubernetes.core.k8s_taint``
+    does too). Nodes are selected by the pool label, which the program patches first. Run one after the
+    other: the list has no merge key, so two writers at once could lose one of the two updates.
+    """
+    return [["kubectl", "taint", "nodes", "--selector", f"{POOL_LABEL}={pool.name}", taint_spec(t), "--overwrite"]
+            for t in node_taints(pool)]
 
 
 def toleration(taint: dict[str, str]) -> dict[str, Any]:

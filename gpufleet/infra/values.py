@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet import REPO_ROOT
+from gpufleet.drift.metrics import DEFAULT_TEXTFILE
 from gpufleet.infra import charts
 from gpufleet.infra.scheduling import (
+    CONTROL_PLANE_TOLERATION,
     POOL_LABEL,
     SYSTEM_NODE_SELECTOR,
     gpu_node_tolerations,
@@ -27,6 +29,8 @@ from gpufleet.spec import ClusterSpec
 #: DCGM counters we export; written by the monitoring area (gpufleet/monitoring/).
 COUNTERS_FILE = REPO_ROOT / "gpufleet" / "monitoring" / "dcgm-counters.csv"
 COUNTERS_CONFIGMAP = "gpufleet-dcgm-counters"
+#: The Grafana dashboard gpufleet ships (loaded by the Grafana sidecar from a labelled ConfigMap).
+DASHBOARD_FILE = REPO_ROOT / "gpufleet" / "monitoring" / "grafana-dashboard.json"
 #: The GPU Operator reads custom metrics from this key of the ConfigMap named in dcgmExporter.config.name
 #: (gpu-operator v26.7.0 values.yaml, comment above dcgmExporter.config).
 COUNTERS_KEY = "dcgm-metrics.csv"
@@ -39,6 +43,32 @@ COMMENTED_UPSTREAM_KEYS: dict[str, tuple[str, ...]] = {
     "gpu-operator": ("dcgmExporter.config.name",),
     "dcgm-exporter": (),
 }
+#: Keys a subchart defines (its own values.yaml, not in ../shared/upstream): the parent passes the section
+#: through. gpu-operator and network-operator bundle node-feature-discovery (master/gc/worker placement);
+#: kube-prometheus-stack bundles prometheus-node-exporter 4.56.1, grafana 12.11.1 and kube-state-metrics
+#: 8.4.0 (its Chart.yaml dependencies), whose placement keys are the subcharts' own.
+SUBCHART_KEYS: dict[str, tuple[str, ...]] = {
+    "gpu-operator": ("node-feature-discovery.master.nodeSelector", "node-feature-discovery.master.tolerations",
+                     "node-feature-discovery.gc.nodeSelector", "node-feature-discovery.gc.tolerations"),
+    "network-operator": (),
+    "kube-prometheus-stack": ("prometheus-node-exporter.tolerations",
+                              "prometheus-node-exporter.extraHostVolumeMounts",
+                              "grafana.nodeSelector", "grafana.tolerations",
+                              "kube-state-metrics.nodeSelector", "kube-state-metrics.tolerations"),
+}
+#: Where node_exporter reads textfile metrics inside its pod (the host directory the drift check writes).
+NODE_EXPORTER_TEXTFILE_MOUNT = "/host/textfile"
+#: kube-prometheus-stack 88.5.3's own prometheus-node-exporter.extraArgs: a list value replaces the chart's,
+#: so they are kept next to ours (a test compares them with the pinned values.yaml).
+KPS_NODE_EXPORTER_ARGS = (
+    "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+"
+    "|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs"
+    "|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs"
+    "|sysfs|tracefs|erofs)$",
+)
+#: Grafana sidecar: ConfigMaps with this label are loaded as dashboards (kube-prometheus-stack default).
+DASHBOARD_LABEL = ("grafana_dashboard", "1")
 
 NVIDIA_API = "nvidia.com/v1"
 NVIDIA_DRIVER_API = "nvidia.com/v1alpha1"
@@ -47,6 +77,16 @@ NVIDIA_DRIVER_API = "nvidia.com/v1alpha1"
 def counters_csv(path: Path = COUNTERS_FILE) -> str | None:
     """Our DCGM counters list, or None while the monitoring area has not shipped it."""
     return path.read_text() if path.is_file() else None
+
+
+def monitor_labels(spec: ClusterSpec) -> dict[str, str]:
+    """Labels our ServiceMonitors and PrometheusRules carry: what an existing Prometheus selects them by
+    (gpufleet's kube-prometheus-stack selects every one, see kube_prometheus_stack_values)."""
+    return dict(spec.monitoring.selector) if spec.monitoring.mode == "existing" else {}
+
+
+def system_tolerations() -> list[dict[str, Any]]:
+    return [dict(CONTROL_PLANE_TOLERATION)]
 
 
 def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
@@ -61,10 +101,10 @@ def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
     from_lock = render_gpu_operator_values(lock)
     driver_by_operator = bool(from_lock["driver"]["enabled"])
     gpu_pools = spec.gpu_pools
-    exporter: dict[str, Any] = {
-        "enabled": dcgm_exporter,
-        "serviceMonitor": {"enabled": dcgm_exporter, "interval": "15s"},
-    }
+    monitor: dict[str, Any] = {"enabled": dcgm_exporter, "interval": "15s"}
+    if monitor_labels(spec):
+        monitor["additionalLabels"] = monitor_labels(spec)
+    exporter: dict[str, Any] = {"enabled": dcgm_exporter, "serviceMonitor": monitor}
     if dcgm_exporter and with_counters:
         exporter["config"] = {"name": COUNTERS_CONFIGMAP}
     return {
@@ -91,6 +131,13 @@ def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
         "dcgm": {"enabled": False},
         "dcgmExporter": exporter,
         "nodeStatusExporter": {"enabled": False},
+        # NFD (the operator's subchart): master, garbage collector and prune job (which follows the
+        # master's placement) on system nodes; the worker labels GPU nodes, so it tolerates every GPU taint.
+        "node-feature-discovery": {
+            "master": {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": system_tolerations()},
+            "gc": {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": system_tolerations()},
+            "worker": {"tolerations": system_tolerations() + gpu_node_tolerations(gpu_pools)},
+        },
     }
 
 
@@ -98,7 +145,7 @@ def dcgm_exporter_values(spec: ClusterSpec, *, with_counters: bool) -> dict[str,
     """Values for the standalone dcgm-exporter chart (used only when the operator's exporter is off)."""
     values: dict[str, Any] = {
         "priorityClassName": "system-node-critical",
-        "serviceMonitor": {"enabled": True, "interval": "15s"},
+        "serviceMonitor": {"enabled": True, "interval": "15s", "additionalLabels": monitor_labels(spec)},
         # Runs where the GPUs are: the exporter is a per-GPU-node agent, so it tolerates the GPU taint.
         "nodeSelector": {"gpufleet.io/role": "gpu"},
         "tolerations": gpu_node_tolerations(spec.gpu_pools),
@@ -125,16 +172,59 @@ def rdma_shared_device_config() -> dict[str, Any]:
                             "selectors": selectors}]}
 
 
-def network_operator_values() -> dict[str, Any]:
-    # NFD already runs with the GPU Operator; a second copy would fight over the same labels.
-    return {"nfd": {"enabled": False},
-            "operator": {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": []}}
+def network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
+    control_plane = CONTROL_PLANE_TOLERATION["key"]
+    return {
+        # NFD already runs with the GPU Operator; a second copy would fight over the same labels. The
+        # NodeFeatureRules stay on: they need the NFD CRDs the gpu-operator chart installs (depends_on).
+        "nfd": {"enabled": False, "deployNodeFeatureRules": True},
+        "operator": {
+            "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+            # "additional tolerations for the DaemonSets deployed by the operator": GPU pools' taints.
+            "tolerations": system_tolerations() + gpu_node_tolerations(spec.gpu_pools),
+            # The chart's default prefers node-role.kubernetes.io/master, a label Kubernetes no longer sets.
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [
+                    {"key": control_plane, "operator": "In", "values": [""]}]}}]}},
+        },
+    }
 
 
-def nic_cluster_policy(spec: ClusterSpec) -> dict[str, Any]:
+def kube_prometheus_stack_values(spec: ClusterSpec) -> dict[str, Any]:
+    """kube-prometheus-stack on system nodes, selecting every ServiceMonitor/PrometheusRule in the cluster,
+    Grafana loading labelled dashboard ConfigMaps, node_exporter reading the drift check's textfile."""
+    place = {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": system_tolerations()}
+    label, label_value = DASHBOARD_LABEL
+    return {
+        "crds": {"enabled": True},
+        "prometheusOperator": {**place, "admissionWebhooks": {"patch": dict(place)}},
+        "prometheus": {"prometheusSpec": {
+            **place,
+            # Select ServiceMonitors and PrometheusRules without the chart's release label (the GPU
+            # Operator's dcgm-exporter ServiceMonitor and our rules do not carry it).
+            "ruleSelectorNilUsesHelmValues": False,
+            "serviceMonitorSelectorNilUsesHelmValues": False,
+            "podMonitorSelectorNilUsesHelmValues": False,
+        }},
+        "alertmanager": {"alertmanagerSpec": dict(place)},
+        "grafana": {**place, "sidecar": {"dashboards": {
+            "enabled": True, "label": label, "labelValue": label_value, "searchNamespace": "ALL"}}},
+        "kube-state-metrics": dict(place),
+        # node_exporter runs on every node, GPU nodes included.
+        "prometheus-node-exporter": {
+            "tolerations": system_tolerations() + gpu_node_tolerations(spec.gpu_pools),
+            "extraArgs": [*KPS_NODE_EXPORTER_ARGS,
+                          f"--collector.textfile.directory={NODE_EXPORTER_TEXTFILE_MOUNT}"],
+            "extraHostVolumeMounts": [{"name": "gpufleet-textfile", "hostPath": str(DEFAULT_TEXTFILE.parent),
+                                       "mountPath": NODE_EXPORTER_TEXTFILE_MOUNT, "readOnly": True}],
+        },
+    }
+
+
+def nic_cluster_policy(spec: ClusterSpec, lock: Lock) -> dict[str, Any]:
     """NicClusterPolicy deploying the RDMA shared device plugin on InfiniBand/RoCE pools only."""
     rdma_pools = [p for p in spec.gpu_pools if p.fabric in ("infiniband", "roce")]
-    tag = f"network-operator-v{charts.NETWORK_OPERATOR_VERSION}"
+    tag = f"network-operator-v{charts.network_operator(lock).version}"
     return {
         "apiVersion": "mellanox.com/v1alpha1",
         "kind": "NicClusterPolicy",

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpufleet import REPO_ROOT
+from gpufleet.infra.scheduling import node_taints
 from gpufleet.spec import ClusterSpec, Host, NodePool
 
 INVENTORIES_DIR = REPO_ROOT / "inventories"
@@ -72,6 +73,13 @@ def pool_role_vars(pool: NodePool) -> dict[str, Any]:
     return {"gpu_settings_power_limit": pool.power_limit} if pool.power_limit else {}
 
 
+def pool_kubelet_vars(pool: NodePool) -> dict[str, Any]:
+    """The taints the pool's kubelets register with (role host_tuning): the same list the platform layer
+    gives registered nodes, from one function (gpufleet.infra.scheduling.node_taints)."""
+    taints = node_taints(pool)
+    return {"host_tuning_kubelet_register_taints": taints} if taints else {}
+
+
 def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Sequence[Host]],
                     out_dir: Path) -> Path:
     """Write ``hosts.yml`` and group_vars for ``spec`` into ``out_dir``; return the hosts.yml path.
@@ -103,6 +111,9 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
         pool_vars = pool_role_vars(pool)
         if pool_vars:
             _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "gpu_settings.yml", pool_vars)
+        kubelet = pool_kubelet_vars(pool)
+        if kubelet:
+            _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "kubelet.yml", kubelet)
     from gpufleet.lock import write_group_vars
 
     write_group_vars(lock, out_dir)

@@ -61,11 +61,6 @@ CUDA_MINOR_COMPAT_FLOOR: dict[int, str] = {
     13: "580",
 }
 
-#: GPU Operator chart versions whose upstream values/CRDs this project validates against.
-SUPPORTED_GPU_OPERATOR = ("v26.7.0",)
-#: Standalone dcgm-exporter chart versions with upstream values in ../shared/upstream.
-SUPPORTED_DCGM_EXPORTER_CHART = ("4.8.2",)
-
 #: NCCL builds known in NVIDIA's repository (fixture table in docs/architecture.md); used to suggest fixes.
 KNOWN_NCCL = (
     "2.21.5-1+cuda12.4",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.catalog.charts import chart_default
 
 #: Entries a profile sets and a stack may override (``gpufleet:lock.versions.<key>``), in display order.
 VERSION_KEYS: tuple[str, ...] = (
@@ -19,6 +21,9 @@ VERSION_KEYS: tuple[str, ...] = (
     "container_toolkit",
     "gpu_operator",
     "dcgm_exporter_chart",
+    "network_operator",
+    "lustre_csi",
+    "kube_prometheus_stack",
     "rdma",
     "lustre_client",
     "kernel",
@@ -46,6 +51,10 @@ class ComponentVersions(BaseModel):
     container_toolkit: str
     gpu_operator: str
     dcgm_exporter_chart: str
+    #: Chart versions profiles may leave out: the chart catalog's default (gpufleet/catalog/charts.yaml).
+    network_operator: str = Field(default_factory=lambda: chart_default("network_operator"))
+    lustre_csi: str = Field(default_factory=lambda: chart_default("lustre_csi"))
+    kube_prometheus_stack: str = Field(default_factory=lambda: chart_default("kube_prometheus_stack"))
     rdma: str
     lustre_client: str
     kernel: str | None = None

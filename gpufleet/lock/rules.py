@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import GPUS, GpuModel
+from gpufleet.catalog.charts import CHARTS
 from gpufleet.errors import ConfigProblem
 from gpufleet.lock import compat
 from gpufleet.lock.model import Lock
@@ -230,16 +231,16 @@ def rule_dcgm_cuda(c: RuleContext) -> list[ConfigProblem]:
 
 
 def rule_charts(c: RuleContext) -> list[ConfigProblem]:
+    """Every chart version must be one the chart catalog knows, with its public source."""
     out = []
-    charts = (("gpu_operator", "GPU Operator", compat.SUPPORTED_GPU_OPERATOR),
-              ("dcgm_exporter_chart", "dcgm-exporter", compat.SUPPORTED_DCGM_EXPORTER_CHART))
-    for entry, title, supported in charts:
-        value = getattr(c.lock, entry)
-        if value not in supported:
-            rule = (f"{title} chart {value} is not one gpufleet validates its values against "
-                    f"({', '.join(supported)})")
-            fix = f"set {c.setting(entry)} to {supported[-1]} or remove the override"
-            out.append(c.problem(entry, rule, fix))
+    for chart in CHARTS.values():
+        value = getattr(c.lock, chart.lock_entry)
+        if value not in chart.versions:
+            known = list(chart.versions)
+            rule = (f"{chart.name} chart {value} is not in gpufleet's chart catalog (known: {', '.join(known)}; "
+                    "each with its release page or index.yaml entry in gpufleet/catalog/charts.yaml)")
+            fix = f"set {c.setting(chart.lock_entry)} to {known[-1]} or remove the override"
+            out.append(c.problem(chart.lock_entry, rule, fix))
     return out
 
 

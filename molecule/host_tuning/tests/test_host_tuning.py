@@ -1,4 +1,6 @@
-"""host_tuning: every sysctl in the sysctl.d file, once, with its value."""
+"""host_tuning: every sysctl in the sysctl.d file, once, with its value; the kubelet registration taints."""
+
+import yaml
 
 
 def test_sysctl_file_holds_every_setting_once(host):
@@ -9,3 +11,16 @@ def test_sysctl_file_holds_every_setting_once(host):
         "net.core.rmem_max=67108864",
         "net.core.wmem_max=67108864",
     ])
+
+
+def test_kubelet_drop_in_registers_the_pool_taints(host):
+    f = host.file("/etc/kubernetes/kubelet.conf.d/50-gpufleet-taints.conf")
+    assert f.user == "root" and f.mode == 0o644
+    assert yaml.safe_load(f.content_string) == {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "registerWithTaints": [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "gpufleet.io/dedicated", "value": "research", "effect": "NoExecute"},
+        ],
+    }
