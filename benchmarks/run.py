@@ -55,11 +55,11 @@ def _cold() -> None:
 
 def _fresh_node() -> None:
     subprocess.run(["docker", "rm", "-f", "gpufleet-local-gpu-1"], capture_output=True, check=False)
-    from gpufleet.lock import load_lock
     from gpufleet.sandbox import cluster, image
+    from gpufleet.workflow import resolve_stack
 
-    spec, _ = load_lock("local")
-    cluster.up(spec, image.node_tag())
+    # up=True: the stack file sizes the sandbox (the running one lacks the node just removed).
+    cluster.up(resolve_stack("local", up=True).spec, image.node_tag())
     _run(GPUFLEET, "converge", "--stack", "local", "--limit", "gpu-1")
 
 

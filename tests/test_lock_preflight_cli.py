@@ -62,12 +62,13 @@ def touched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Touched:
     import gpufleet.cli.cluster
     import gpufleet.infra.automation
     import gpufleet.infra.offline
+    import gpufleet.inventory.writer
     import gpufleet.sandbox.cluster
     import gpufleet.sandbox.platform
     import gpufleet.workflow
 
     t = Touched()
-    monkeypatch.setattr(gpufleet.workflow, "INVENTORIES", tmp_path / "inventories")
+    monkeypatch.setattr(gpufleet.inventory.writer, "INVENTORIES_DIR", tmp_path / "inventories")
     monkeypatch.setattr(gpufleet.workflow, "run_playbook", t.hook("run_playbook", RunResult(rc=0)))
     monkeypatch.setattr(gpufleet.infra.offline, "evaluate", t.hook("evaluate"))
     monkeypatch.setattr(gpufleet.infra.automation, "up", t.hook("pulumi up", {}))

@@ -68,12 +68,13 @@ def test_plan_local_shows_lock_and_inventory_only() -> None:
     assert data["resources"] == [] and data["values"] == {}
     assert data["lock"]["gpu_operator"] == "v26.7.0"
     hosts = yaml.safe_load(data["inventory"]["hosts.yml"])["all"]["children"]
-    assert hosts["pool_gpu"]["hosts"]["gpufleet-local-gpu-1"] == {
+    # Named as `gpufleet up` writes them: the node's hostname, reached at its container.
+    assert hosts["pool_gpu"]["hosts"]["gpu-1"] == {
         "ansible_host": "gpufleet-local-gpu-1",
         "gpufleet_pool": "gpu",
         "ansible_connection": "community.docker.docker",
     }
-    assert list(hosts["system"]["hosts"]) == ["gpufleet-local-control-0"]
+    assert list(hosts["system"]["hosts"]) == ["control-0"]
 
 
 def test_plan_human_output_states_it_is_not_a_preview() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.errors import ConfigError
+from gpufleet.workflow import ResolvedStack, dump_json, resolve_stack, sandbox_report
 from gpufleet.workflow import converge as run_converge
-from gpufleet.workflow import dump_json, sandbox_report
 
 # Pipes and CI logs get a wide plain console, so tables are not squeezed to 80 columns.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -23,45 +23,46 @@ StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]
 
 
-def _fail_config(e: ConfigError) -> None:
+def _fail_config(e: ConfigError) -> NoReturn:
     for p in e.problems:
         # Plain text on one line: key paths like profile[h100-cuda12.8] are not markup, and the message is exact.
         console.print(Text.assemble(("error", "red"), f" {p}"), soft_wrap=True)
     raise typer.Exit(1)
 
 
-def up(stack: StackOpt = "local", json_out: JsonOpt = False,
-       gpu_nodes: Annotated[int | None, typer.Option(help="Sandbox only: GPU nodes to run.")] = None) -> None:
-    """Create or update the cluster, converge it, validate it and print a report."""
-    from gpufleet.lock import load_lock
-
-    t0 = time.monotonic()
+def _resolve(stack: str, *, up: bool = False, gpu_nodes: int | None = None) -> ResolvedStack:
     try:
-        spec, lock = load_lock(stack)
+        return resolve_stack(stack, up=up, gpu_nodes=gpu_nodes)
     except ConfigError as e:
         _fail_config(e)
-        return
+
+
+def up(stack: StackOpt = "local", json_out: JsonOpt = False,
+       gpu_nodes: Annotated[int | None, typer.Option(
+           help="Sandbox only: GPU nodes to run (1 up to what this machine holds), instead of the stack's count.")]
+       = None) -> None:
+    """Create or update the cluster, converge it, validate it and print a report."""
+    t0 = time.monotonic()
+    resolved = _resolve(stack, up=True, gpu_nodes=gpu_nodes)
+    spec, lock = resolved.spec, resolved.lock
     if spec.backend != "local":
         from gpufleet.infra.automation import up as pulumi_up
 
         pulumi_up(stack)
-        result = run_converge(stack, console=console)
+        result = run_converge(resolved, console=console)
         if json_out:
-            out.print_json(dump_json({"stack": stack, "converge": result.to_json()}))
+            out.print_json(dump_json({"stack": spec.stack, "converge": result.to_json()}))
         raise typer.Exit(0 if result.ok else 1)
 
     from gpufleet.sandbox import cluster, platform
 
-    if gpu_nodes is not None:
-        pools = [p.model_copy(update={"count": gpu_nodes}) if p is spec.gpu_pools[0] else p for p in spec.pools]
-        spec = spec.model_copy(update={"pools": pools})
     console.print(f"[bold]gpufleet up[/bold] stack [cyan]{spec.stack}[/cyan] (local sandbox), lock "
                   f"[cyan]{lock.profile}[/cyan]: driver {lock.driver}")
     plat = platform.prepare(log=True)
     states = cluster.up(spec, plat.image)
     console.print(f"nodes: {', '.join(s.node.hostname for s in states)}")
-    result = run_converge(stack, console=console)
-    reports = sandbox_report(spec, lock)
+    result = run_converge(resolved, console=console)
+    reports = sandbox_report(resolved)
     _print_nodes(reports)
     elapsed = time.monotonic() - t0
     changed = sum(h.changed for h in result.hosts.values())
@@ -102,14 +103,7 @@ def down(stack: StackOpt = "local") -> None:
 
 def status(stack: StackOpt = "local", json_out: JsonOpt = False) -> None:
     """Show the sandbox nodes and what their GPUs report."""
-    from gpufleet.lock import load_lock
-
-    try:
-        spec, lock = load_lock(stack)
-    except ConfigError as e:
-        _fail_config(e)
-        return
-    reports = sandbox_report(spec, lock)
+    reports = sandbox_report(_resolve(stack))
     if json_out:
         out.print_json(dump_json([r.to_json() for r in reports]))
     else:
@@ -123,11 +117,7 @@ def converge(stack: StackOpt = "local",
              diff: Annotated[bool, typer.Option(help="Show diffs.")] = False,
              json_out: JsonOpt = False) -> None:
     """Run ansible/site.yml against the stack's inventory with live per-host progress."""
-    try:
-        result = run_converge(stack, limit=limit, check=check, diff=diff, console=console)
-    except ConfigError as e:
-        _fail_config(e)
-        return
+    result = run_converge(_resolve(stack), limit=limit, check=check, diff=diff, console=console)
     if json_out:
         out.print_json(dump_json(result.to_json()))
     raise typer.Exit(0 if result.ok else 1)

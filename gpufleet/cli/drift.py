@@ -32,6 +32,7 @@ from gpufleet.drift.runner import (
     target_for_stack,
 )
 from gpufleet.errors import ConfigError
+from gpufleet.workflow import resolve_stack
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
@@ -49,7 +50,7 @@ def _target(stack: str, inventory: Path | None) -> Target:
     if inventory is not None:
         return Target(inventory.resolve(), None, stack)
     try:
-        return target_for_stack(stack)
+        return target_for_stack(resolve_stack(stack))
     except ConfigError as e:
         for p in e.problems:
             console.print(f"[red]error[/red] {p}", highlight=False)
@@ -131,7 +132,7 @@ def remediate_command(
         raise typer.Exit(0)
     extravars = {"gpufleet_remediate_playbook": str(playbook.resolve())}
     # The node health checks need the stack (spec, lock, catalog); a bare --inventory gets the playbook's.
-    health = stack_health(stack) if inventory is None and health_checks else None
+    health = stack_health(target.resolved) if target.resolved is not None and health_checks else None
     executor = AnsibleExecutor(target, console=console, live=sys.stderr.isatty(), extravars=extravars,
                                health=health)
     result = remediate(plans, batch_size=size, max_fail=max_fail, executor=executor,

@@ -95,13 +95,10 @@ def monitoring_summary(spec: ClusterSpec, plan: OfflinePlan) -> dict[str, Any]:
 
 
 def sandbox_inventory_source(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
-    """The local stack's hosts: the sandbox's containers (made by `gpufleet up`, reached with docker)."""
-    from gpufleet.sandbox.cluster import planned_nodes
+    """The local stack's hosts as `gpufleet up` writes them: the sandbox's containers, reached with docker."""
+    from gpufleet.sandbox.backend import sandbox_hosts
 
-    out: dict[str, list[dict[str, Any]]] = {p.name: [] for p in spec.pools}
-    for node in planned_nodes(spec):
-        out[node.pool].append({"name": node.container, "address": node.container, "connection": "docker"})
-    return out
+    return {pool: [h.model_dump() for h in hosts] for pool, hosts in sandbox_hosts(spec).items()}
 
 
 def render_inventory(spec: ClusterSpec, lock: Any, outputs: dict[str, Any]) -> dict[str, str]:
@@ -154,11 +151,13 @@ def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stack
          as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Evaluate the Pulumi program offline with mocks and print what it would declare."""
     from gpufleet.infra.offline import evaluate
-    from gpufleet.lock import load_lock
+    from gpufleet.workflow import resolve_stack
 
     try:
-        # load_lock, not load_spec + resolve: problems must name the file given, also a path outside stacks/.
-        spec, lock = load_lock(stack)
+        # resolve_stack names the file given in problems, also a path outside stacks/, and sizes the sandbox as
+        # every other command sees it.
+        resolved = resolve_stack(stack)
+        spec, lock = resolved.spec, resolved.lock
         result = evaluate(spec, lock)
         inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
                                      else {"inventory": sandbox_inventory_source(spec)})

@@ -97,16 +97,17 @@ def validate_command(
         help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")] = None,
 ) -> None:
     """Check every GPU node's health (and gate nccl-tests logs); exit 1 on any critical finding."""
-    from gpufleet.lock import load_lock
     from gpufleet.validation.run import run_validation
+    from gpufleet.workflow import resolve_stack
 
     try:
-        spec, _lock = load_lock(stack)
+        resolved = resolve_stack(stack)
     except ConfigError as e:
         _fail_config(e)
         return
+    spec = resolved.spec
     raw_dir = report / "raw" if report is not None else None
-    result = run_validation(stack, limit=limit, raw_dir=raw_dir, ib_rate_gbps=ib_rate, console=console,
+    result = run_validation(resolved, limit=limit, raw_dir=raw_dir, ib_rate_gbps=ib_rate, console=console,
                             live=sys.stderr.isatty())
     verdicts: list[BenchVerdict] = []
     if nccl:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -17,6 +17,9 @@ from gpufleet.drift.remediate import HostOutcome, HostPlan
 from gpufleet.drift.report import DriftReport, RawResults, build_report
 from gpufleet.drift.skew import collect_versions, find_skew
 from gpufleet.lock import Lock
+
+if TYPE_CHECKING:
+    from gpufleet.workflow import ResolvedStack
 
 PLAYBOOKS = REPO_ROOT / "ansible" / "playbooks"
 SITE = REPO_ROOT / "ansible" / "site.yml"
@@ -33,13 +36,12 @@ class Target:
     inventory: Path
     lock: Lock | None = None
     stack: str = ""
+    #: The stack the command resolved, when it runs against one (not a bare --inventory).
+    resolved: ResolvedStack | None = None
 
 
-def target_for_stack(stack: str) -> Target:
-    from gpufleet.workflow import stack_inventory
-
-    spec, lock, inventory = stack_inventory(stack)
-    return Target(inventory, lock, spec.stack)
+def target_for_stack(stack: ResolvedStack) -> Target:
+    return Target(stack.inventory, stack.lock, stack.name, stack)
 
 
 def check_drift(target: Target, *, limit: str | None = None, console: Console | None = None,
@@ -94,7 +96,7 @@ def _first_failure(result: RunResult, host: str) -> str:
 HealthCheck = Callable[[list[str]], dict[str, str | None]]
 
 
-def stack_health(stack: str) -> HealthCheck:
+def stack_health(stack: ResolvedStack) -> HealthCheck:
     """The validation engineer's node health checks (``gpufleet validate``) as a post-check for a stack."""
 
     def check(hosts: list[str]) -> dict[str, str | None]:

@@ -101,7 +101,13 @@ def prepare_node(spec: ClusterSpec, node: Node, hosts_lines: str) -> None:
 
 
 def up(spec: ClusterSpec, image: str) -> list[NodeState]:
+    """Make the stack's containers the planned ones: start what is missing, remove what the plan no longer
+    has (``gpufleet up --gpu-nodes 2`` after 3), then rewrite every node's /etc/hosts."""
     nodes = planned_nodes(spec)
+    planned = {n.container for n in nodes}
+    extra = [name for name in existing_containers(spec.stack) if name not in planned]
+    if extra:
+        _docker("rm", "-f", *extra)
     for node in nodes:
         if start_node(spec, node, image):
             wait_for_systemd(node)
@@ -115,6 +121,16 @@ def up(spec: ClusterSpec, image: str) -> list[NodeState]:
 def existing_containers(stack: str) -> list[str]:
     r = _docker("ps", "-a", "--filter", f"label={LABEL}={stack}", "--format", "{{.Names}}", check=False)
     return sorted(line for line in r.stdout.split() if line)
+
+
+def existing_pools(stack: str) -> list[str]:
+    """The pool of each of the stack's containers (running or not); none when Docker does not answer."""
+    try:
+        r = _docker("ps", "-a", "--filter", f"label={LABEL}={stack}", "--format", '{{.Label "gpufleet.pool"}}',
+                    check=False)
+    except FileNotFoundError:
+        return []
+    return [line for line in r.stdout.split() if line] if r.returncode == 0 else []
 
 
 def down(stack: str) -> list[str]:

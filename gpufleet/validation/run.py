@@ -10,7 +10,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -21,6 +21,9 @@ from gpufleet.catalog import get_gpu
 from gpufleet.lock import Lock
 from gpufleet.spec import ClusterSpec
 from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evaluate_node, unreachable
+
+if TYPE_CHECKING:
+    from gpufleet.workflow import ResolvedStack
 
 PLAYBOOK = REPO_ROOT / "ansible" / "playbooks" / "validate.yml"
 
@@ -106,13 +109,11 @@ class ValidationResult:
                 "raw_dir": None if self.raw_dir is None else str(self.raw_dir), "notes": self.notes}
 
 
-def run_validation(stack: str, *, limit: str | None = None, raw_dir: Path | None = None,
+def run_validation(stack: ResolvedStack, *, limit: str | None = None, raw_dir: Path | None = None,
                    ib_rate_gbps: int | None = None, console: Console | None = None,
                    live: bool = True) -> ValidationResult:
     """Collect on every GPU node of ``stack`` and judge it. ``raw_dir`` keeps the bundles (else a temp dir)."""
-    from gpufleet.workflow import stack_inventory
-
-    spec, lock, inventory = stack_inventory(stack)
+    spec, lock, inventory = stack.spec, stack.lock, stack.inventory
     hosts = inventory_hosts(inventory)
     with tempfile.TemporaryDirectory(prefix="gpufleet-validate-") as tmp:
         target = (raw_dir or Path(tmp)).resolve()
