@@ -4,6 +4,7 @@ the program modules): every component, the backend contract, and every bundled s
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,14 @@ def test_backend_contract_same_handles_for_every_backend() -> None:
         "address": "192.0.2.12",
         "connection": "ssh",
     }
+
+
+def test_offline_evaluation_uses_only_the_public_mock_api() -> None:
+    """Issue 11: no private SDK functions, monitor subclasses or hard-coded secret signatures."""
+    from gpufleet.infra import offline
+
+    text = Path(offline.__file__).read_text()
+    for private in ("run_pulumi_func", "_sync_await", "MockMonitor", "pulumi.runtime.mocks", "pulumi.runtime.stack",
+                    "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"):
+        assert private not in text, private
+    assert "pulumi.runtime.set_mocks" in text and "@pulumi.runtime.test" in text

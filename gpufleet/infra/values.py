@@ -131,8 +131,9 @@ def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
         "dcgm": {"enabled": False},
         "dcgmExporter": exporter,
         "nodeStatusExporter": {"enabled": False},
-        # NFD (the operator's subchart): master, garbage collector and prune job (which follows the
-        # master's placement) on system nodes; the worker labels GPU nodes, so it tolerates every GPU taint.
+        # NFD (the operator's subchart): master, garbage collector and prune job on system nodes (the prune
+        # job takes master.nodeSelector/tolerations: node-feature-discovery templates/post-delete-job.yaml);
+        # the worker labels GPU nodes, so it tolerates every GPU taint.
         "node-feature-discovery": {
             "master": {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": system_tolerations()},
             "gc": {"nodeSelector": dict(SYSTEM_NODE_SELECTOR), "tolerations": system_tolerations()},
