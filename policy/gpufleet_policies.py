@@ -16,7 +16,8 @@ EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
 POOL_LABEL = "gpufleet.io/pool"
-#: Existing nodes get their taints from a Job running `kubectl taint` (read-modify-write), never a patch.
+#: Existing nodes get their taints from a Job running gpufleet/infra/node_taints.py (read-modify-write),
+#: never a patch; its arguments name the taints (``--taint key=value:effect``).
 JOB = "kubernetes:batch/v1:Job"
 HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 PV = "kubernetes:core/v1:PersistentVolume"
@@ -82,7 +83,7 @@ def node_patch_without_taints(resource_type: str, props: Mapping[str, Any]) -> l
     if resource_type == NODE_PATCH and _get(props, "spec", "taints") is not None:
         return ["a node patch must not set spec.taints: the list is atomic under server-side apply, so the "
                 "patch conflicts with the kubelet's and the node controller's taints, or deletes them when "
-                "forced; taint existing nodes by read-modify-write (kubectl taint) instead"]
+                "forced; taint existing nodes by read-modify-write (gpufleet's taint Job, kubectl taint) instead"]
     return []
 
 

@@ -45,14 +45,14 @@ def test_onprem_resource_counts(onprem: OfflinePlan) -> None:
         "kubernetes:core/v1:Namespace": 5,
         "kubernetes:core/v1:NamespacePatch": 1,
         NODE_PATCH: 7,
-        "kubernetes:batch/v1:Job": 2,
+        "kubernetes:batch/v1:Job": 3,
         "kubernetes:core/v1:ServiceAccount": 1,
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": 1,
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": 1,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 2,
         "kubernetes:networking.k8s.io/v1:NetworkPolicy": 4,
-        "kubernetes:core/v1:ConfigMap": 2,
+        "kubernetes:core/v1:ConfigMap": 3,
         RELEASE: 4,
         "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy": 1,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1,
@@ -82,7 +82,12 @@ def test_node_patches_carry_labels_and_never_taints(onprem: OfflinePlan) -> None
     }
     assert patches["node-sys-0"]["metadata"]["labels"]["gpufleet.io/role"] == "system"
     jobs = {r.inputs["metadata"]["labels"]["gpufleet.io/pool"]: r for r in onprem.of_type("kubernetes:batch/v1:Job")}
-    assert sorted(jobs) == ["h100-a", "h100-b"]  # the system pool has no taints: no Job
+    # One per pool with hosts: the system pool's Job removes taints of ours a stack no longer lists.
+    assert sorted(jobs) == ["h100-a", "h100-b", "system"]
+    assert jobs["h100-b"].inputs["spec"]["template"]["spec"]["containers"][0]["command"][2:] == [
+        "--selector", "gpufleet.io/pool=h100-b", "--taint", "nvidia.com/gpu=present:NoSchedule"]
+    assert jobs["system"].inputs["spec"]["template"]["spec"]["containers"][0]["command"][2:] == [
+        "--selector", "gpufleet.io/pool=system"]
     # A taint Job runs after the labels it selects nodes by.
     job_deps = onprem.depends(jobs["h100-b"])
     assert {r.urn for r in onprem.of_type(NODE_PATCH) if r.name.startswith("node-gpu-b")} <= job_deps
@@ -121,8 +126,9 @@ def test_standalone_exporter_only_when_operator_exporter_off() -> None:
     exporter = _release(plan, "dcgm-exporter")
     assert (exporter["version"], exporter["namespace"]) == ("4.8.2", "monitoring")
     assert _release(plan, "gpu-operator")["values"]["dcgmExporter"]["enabled"] is False
-    cms = {r.inputs["metadata"]["namespace"] for r in plan.of_type("kubernetes:core/v1:ConfigMap")}
-    assert cms == {"monitoring"}
+    cms = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["namespace"]
+           for r in plan.of_type("kubernetes:core/v1:ConfigMap")}
+    assert cms["gpufleet-dcgm-counters"] == "monitoring"
 
 
 def test_local_backend_declares_no_kubernetes_resources() -> None:

@@ -211,9 +211,9 @@ def test_node_patch_sets_labels_never_taints(onprem: tuple[ClusterSpec, Lock]) -
     job = manifests.taint_job(gpu_pool, gpu_pool.hosts)
     assert job is not None
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "kubectl", "taint", "nodes", "--selector", "gpufleet.io/pool=h100-a",
-        f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}", "--overwrite"]
-    assert manifests.taint_job(sys_pool, sys_pool.hosts) is None
+        "python3", "/opt/gpufleet/node_taints.py", "--selector", "gpufleet.io/pool=h100-a",
+        "--taint", f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}"]
+    assert manifests.taint_job(gpu_pool, []) is None
 
 
 def _all_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
@@ -234,7 +234,7 @@ def _all_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 def test_manifests_validate_with_kubernetes_schemas(onprem: tuple[ClusterSpec, Lock]) -> None:
     objs = _all_manifests(onprem[0])
-    assert len(objs) == 5 + 2 + 3 + 4 + 1 + 1 + 4 + 7 + 2
+    assert len(objs) == 5 + 2 + 4 + 4 + 1 + 1 + 4 + 7 + 3
     for obj in objs:
         kubernetes_validate.validate(obj, manifests.K8S_SCHEMA_VERSION, strict=True)
     bad = copy.deepcopy(objs[-1])

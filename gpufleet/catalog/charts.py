@@ -48,7 +48,8 @@ class ChartEntry(_Frozen):
 
 
 class Image(_Frozen):
-    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9./-]*:[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    #: Tag and digest: the tag says what it is, the digest makes it immutable.
+    ref: str = Field(pattern=r"^[a-z0-9][a-z0-9./-]*:[A-Za-z0-9_][A-Za-z0-9_.-]*@sha256:[0-9a-f]{64}$")
     source: str = Field(pattern=r"^https://\S+$")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 from pathlib import Path
@@ -30,11 +31,12 @@ def key_inputs(res: PlannedResource) -> dict[str, Any]:
         return {"node": meta.get("name"), "labels": meta.get("labels")}
     if kind == "Job":
         pod = ((i.get("spec") or {}).get("template") or {}).get("spec") or {}
-        cmds = [c.get("command") or [] for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]]
-        # Taint Jobs: `kubectl taint nodes --selector <pool> <key=value:effect> --overwrite`.
+        cmd = [a for c in pod.get("containers") or [] for a in c.get("command") or []]
+        # Taint Jobs: node_taints.py --selector <pool label> --taint <key=value:effect> ...
+        pairs = list(itertools.pairwise(cmd))
         return {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                "taints": [c[5] for c in cmds if c[:3] == ["kubectl", "taint", "nodes"] and len(c) > 5],
-                "selector": next((c[4] for c in cmds if len(c) > 4), None)}
+                "selector": next((v for k, v in pairs if k == "--selector"), None),
+                "taints": [v for k, v in pairs if k == "--taint"]}
     if kind == "PersistentVolume":
         spec = i.get("spec") or {}
         return {"volumeHandle": (spec.get("csi") or {}).get("volumeHandle"),

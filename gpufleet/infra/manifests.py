@@ -17,7 +17,7 @@ from gpufleet.infra.scheduling import (
     SYSTEM_NODE_SELECTOR,
     gpu_node_tolerations,
     node_labels,
-    taint_commands,
+    taint_args,
 )
 from gpufleet.infra.values import COUNTERS_CONFIGMAP, COUNTERS_KEY
 from gpufleet.spec import ClusterSpec, Host, Lustre, LustreVolume, NodePool
@@ -215,11 +215,12 @@ def system_placement() -> dict[str, Any]:
 
 
 def taint_rbac() -> list[dict[str, Any]]:
-    """Identity of the taint Jobs: read and patch Nodes, nothing else."""
+    """Identity (read, list and patch Nodes, nothing else) and program of the taint Jobs."""
     ns = charts.GPUFLEET_NAMESPACE
     meta = {"name": TAINTER, "labels": dict(MANAGED_BY)}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": ns}},
+        taint_script_configmap(),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
          "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
@@ -228,18 +229,33 @@ def taint_rbac() -> list[dict[str, Any]]:
     ]
 
 
+TAINT_SCRIPT = REPO_ROOT / "gpufleet" / "infra" / "node_taints.py"
+TAINT_SCRIPT_DIR = "/opt/gpufleet"
+
+
+def taint_script_configmap() -> dict[str, Any]:
+    """The taint Jobs' program (standard library only), as a ConfigMap the plain Python image mounts."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": TAINTER, "namespace": charts.GPUFLEET_NAMESPACE, "labels": dict(MANAGED_BY)},
+            "data": {TAINT_SCRIPT.name: TAINT_SCRIPT.read_text()}}
+
+
 def taint_job(pool: NodePool, hosts: list[Host]) -> dict[str, Any] | None:
-    """A Job giving the pool's registered nodes the pool's taints by read-modify-write (kubectl taint),
-    keeping every other manager's taints. Its name carries a digest of the taints and hosts: a Job is
-    immutable, so a change makes a new one that runs again. None when the pool has no taints."""
-    commands = taint_commands(pool)
-    if not commands:
+    """A Job giving the pool's registered nodes the pool's taints by read-modify-write
+    (``gpufleet/infra/node_taints.py``), keeping every other manager's taints. Its name carries a digest of
+    the taints, the hosts and the program: a Job is immutable, so a change makes a new one that runs again.
+    None when the pool has no hosts (nothing registered to taint)."""
+    if not hosts:
         return None
-    digest = hashlib.sha256(json.dumps([commands, sorted(h.name for h in hosts)]).encode()).hexdigest()[:8]
-    containers = [{"name": f"taint-{i}", "image": IMAGES["kubectl"].ref, "command": cmd,
-                   "securityContext": dict(RESTRICTED_CONTAINER),
-                   "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}}
-                  for i, cmd in enumerate(commands)]
+    args = taint_args(pool)
+    digest = hashlib.sha256(json.dumps([args, sorted(h.name for h in hosts),
+                                        TAINT_SCRIPT.read_text()]).encode()).hexdigest()[:8]
+    container = {"name": "taint", "image": IMAGES["python"].ref,
+                 "command": ["python3", f"{TAINT_SCRIPT_DIR}/{TAINT_SCRIPT.name}", *args],
+                 "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+                 "securityContext": dict(RESTRICTED_CONTAINER),
+                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                 "volumeMounts": [{"name": "program", "mountPath": TAINT_SCRIPT_DIR, "readOnly": True}]}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"taints-{pool.name}-{digest}", "namespace": charts.GPUFLEET_NAMESPACE,
                          "labels": {**MANAGED_BY, POOL_LABEL: pool.name}},
@@ -247,8 +263,8 @@ def taint_job(pool: NodePool, hosts: list[Host]) -> dict[str, Any] | None:
                 "metadata": {"labels": {**MANAGED_BY, POOL_LABEL: pool.name}},
                 "spec": {"serviceAccountName": TAINTER, "restartPolicy": "OnFailure",
                          "securityContext": dict(RESTRICTED_POD), **system_placement(),
-                         # One after the other (init containers run in order): see taint_commands.
-                         "initContainers": containers[:-1], "containers": containers[-1:]}}}}
+                         "containers": [container],
+                         "volumes": [{"name": "program", "configMap": {"name": TAINTER}}]}}}}
 
 
 DRIFT = "gpufleet-drift"

@@ -3,7 +3,8 @@
 Who owns what on a Node (docs/pulumi.md): labels are a granular map, so the program patches them with
 server-side apply next to other managers' labels. Taints are one atomic list under server-side apply, so
 they are never in a patch: the kubelet registers them (Ansible-managed pools), the node group definition
-carries them (cloud pools), and nodes already registered get them by read-modify-write (``taint_commands``).
+carries them (cloud pools), and nodes already registered get them by read-modify-write
+(``gpufleet.infra.node_taints``, run by a Job).
 """
 
 from __future__ import annotations
@@ -53,16 +54,12 @@ def taint_spec(taint: dict[str, str]) -> str:
     return f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
 
 
-def taint_commands(pool: NodePool) -> list[list[str]]:
-    """kubectl commands (argv, no shell: the kubectl image has none) giving the pool's nodes our taints.
-
-    ``kubectl taint`` reads each node and writes the list with our taint added or updated in place, so the
-    taints of the kubelet, the node lifecycle controller or an admin stay (what ``kubernetes.core.k8s_taint``
-    does too). Nodes are selected by the pool label, which the program patches first. Run one after the
-    other: the list has no merge key, so two writers at once could lose one of the two updates.
-    """
-    return [["kubectl", "taint", "nodes", "--selector", f"{POOL_LABEL}={pool.name}", taint_spec(t), "--overwrite"]
-            for t in node_taints(pool)]
+def taint_args(pool: NodePool) -> list[str]:
+    """Arguments of ``gpufleet/infra/node_taints.py`` for the pool: its nodes by label, its taints."""
+    args = ["--selector", f"{POOL_LABEL}={pool.name}"]
+    for t in node_taints(pool):
+        args += ["--taint", taint_spec(t)]
+    return args
 
 
 def toleration(taint: dict[str, str]) -> dict[str, Any]:
