@@ -29,6 +29,7 @@ prompt, a capture bundle's other sections).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -470,3 +471,53 @@ def slurm_gres(topo: Topology, threads_per_core: int = 1, device: str = "/dev/nv
                              for j in (topo.gpu_index(x) for x in topo.gpu_labels))
         out.append({"index": i, "file": device.format(index=i), "cores": cores, "links": links})
     return out
+
+
+# --- NCCL -----------------------------------------------------------------------------------------------
+
+def nccl_hca_match(ca: str, port: int | None, spec: str | None) -> bool:
+    """Whether HCA ``ca`` (port ``port``; None: any) is selected by an ``NCCL_IB_HCA`` value: comma-separated
+    prefixes, ``=`` for exact names, a leading ``^`` to exclude, ``:<port>`` per entry. NCCL's grammar
+    (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-hca); empty selects all."""
+    if not spec or not spec.strip():
+        return True
+    text = spec.strip()
+    exclude = text.startswith("^")
+    text = text.lstrip("^")
+    exact = text.startswith("=")
+    text = text.lstrip("=")
+    hit = False
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, p = item.partition(":")
+        if (ca == name if exact else ca.startswith(name)) and (port is None or not p.isdigit() or int(p) == port):
+            hit = True
+            break
+    return hit != exclude
+
+
+def interfaces_in(facts: dict[str, Any], cidr: str) -> list[str]:
+    """Names of the interfaces (from Ansible's network facts) holding an address inside ``cidr``."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    out: list[str] = []
+    for name in facts.get("interfaces") or []:
+        info = facts.get(name.replace("-", "_")) or {}
+        addrs = [info.get("ipv4") or {}, *(info.get("ipv4_secondaries") or []), *(info.get("ipv6") or [])]
+        for a in addrs:
+            try:
+                if a.get("address") and ipaddress.ip_address(a["address"]) in net:
+                    out.append(name)
+                    break
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+class FilterModule:
+    """Ansible filters (ansible/filter_plugins/gpufleet_topology.py links to this file)."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpufleet_interfaces_in": interfaces_in,
+            # NCCL_IB_HCA and NCCL_SOCKET_IFNAME share the grammar (prefixes, "=" exact, "^" exclude).
+            "gpufleet_nccl_select": lambda names, spec: [n for n in names if nccl_hca_match(n, None, spec)],
+        }

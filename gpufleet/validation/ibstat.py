@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpufleet.module_utils.topology import nccl_hca_match
 from gpufleet.parsers.errors import ParseError
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
@@ -113,20 +114,4 @@ def select_hcas(ports: list[IbPort], nccl_ib_hca: str | None) -> list[IbPort]:
     Same grammar as NCCL's (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-hca);
     None or "" selects every port.
     """
-    if not nccl_ib_hca:
-        return list(ports)
-    spec = nccl_ib_hca.strip()
-    exclude = spec.startswith("^")
-    spec = spec.lstrip("^")
-    exact = spec.startswith("=")
-    spec = spec.lstrip("=")
-    wanted: list[tuple[str, int | None]] = []
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        name, _, p = item.partition(":")
-        wanted.append((name, int(p) if p.isdigit() else None))
-
-    def match(port: IbPort) -> bool:
-        return any((port.ca == name if exact else port.ca.startswith(name)) and (p is None or p == port.port)
-                   for name, p in wanted)
-
-    return [p for p in ports if match(p) != exclude]
+    return [p for p in ports if nccl_hca_match(p.ca, p.port, nccl_ib_hca)]
