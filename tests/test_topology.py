@@ -203,3 +203,17 @@ def test_inspect_nvlink_json() -> None:
     res = runner.invoke(app, ["nvlink", str(TOPO / "a100-sxm4-80gb_x8_nvlink-status.txt"), "--json"])
     assert res.exit_code == 0, res.output
     assert [g["active_links"] for g in json.loads(res.stdout)["gpus"]] == [12] * 8
+
+
+@needs_shared
+def test_slurm_gres_cores_and_links() -> None:
+    from gpufleet.module_utils.topology import slurm_gres
+
+    h100 = slurm_gres(parse_topo_m(_load(H100)), threads_per_core=2)
+    assert [(g["file"], g["cores"]) for g in h100][3:5] == [("/dev/nvidia3", "0-47"), ("/dev/nvidia4", "48-95")]
+    assert h100[2]["links"] == "18,18,-1,18,18,18,18,18"
+    # NPS4 DGX A100 (256 CPUs, 2 threads per core): GPU0's CPUs 48-63,176-191 are cores 48-63.
+    assert slurm_gres(parse_topo_m(_load(DGXA100)), threads_per_core=2)[0]["cores"] == "48-63"
+    # PCIe-only: no Links; one thread per core keeps CPU ids as core indices.
+    rtx = slurm_gres(parse_topo_m(_load(RTX)), threads_per_core=1)
+    assert [(g["cores"], g["links"]) for g in rtx] == [("0-31", None)] * 2 + [("32-63", None)] * 2

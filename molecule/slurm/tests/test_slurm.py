@@ -1,4 +1,7 @@
-"""slurm: slurmctld on the control node, slurmd on the GPU node, the node idle with its 8-GPU gres."""
+"""slurm: slurmctld on the control node, slurmd on the GPU node, the node idle with its 8-GPU gres, gres.conf from
+the GPU node's topology (a real 8x H100 matrix) as slurmd itself reads it (slurmd -G)."""
+
+import re
 
 import pytest
 
@@ -19,16 +22,46 @@ def test_daemons_run_where_they_belong(host):
 def test_config_names_the_controller_and_the_gres(host):
     conf = host.file("/etc/slurm/slurm.conf").content_string
     assert f"SlurmctldHost={CONTROL}\n" in conf
-    assert f"NodeName={NODE} CPUs=16 RealMemory=1024 Gres=gpu:8 State=UNKNOWN" in conf
+    layout = "CPUs=192 Sockets=2 CoresPerSocket=48 ThreadsPerCore=2"
+    assert f"NodeName={NODE} {layout} RealMemory=1024 Gres=gpu:8 State=UNKNOWN" in conf
     assert "ProctrackType=proctrack/linuxproc" in conf and "SlurmdParameters=config_overrides" in conf
-    assert f"NodeName={NODE} Name=gpu File=/dev/nvidia[0-7]" in host.file("/etc/slurm/gres.conf").content_string
+
+
+def _links(i):
+    return ",".join("-1" if j == i else "18" for j in range(8))
+
+
+# GPUs 0-3 sit on socket 0 (CPUs 0-47 + their siblings 96-143 = cores 0-47), GPUs 4-7 on socket 1; NV18 everywhere.
+GRES = [(f"/dev/nvidia{i}", "0-47" if i < 4 else "48-95", _links(i)) for i in range(8)]
+
+
+def test_gres_conf_one_line_per_gpu_from_topology(host):
+    lines = [ln for ln in host.file("/etc/slurm/gres.conf").content_string.splitlines()
+             if ln and not ln.startswith("#")]
+    want = [f"NodeName={NODE} Name=gpu File={f} Cores={c} Links={lk}" for f, c, lk in GRES]
+    assert lines == ["AutoDetect=off", *want]
+
+
+def test_slurmd_reads_cores_and_links(host):
+    # slurmd -G prints the GRES configuration as slurmd parses it from slurm.conf and gres.conf, then exits.
+    if host.backend.get_hostname() != NODE:
+        pytest.skip("slurmd runs on the GPU node")
+    r = host.run("slurmd -G")
+    out = r.stdout + r.stderr
+    assert r.rc == 0, out
+    seen = {}
+    for m in re.finditer(r"Gres Name=gpu .*?Index=(\d+) .*?File=(\S+) Cores=(\S+) CoreCnt=(\d+) Links=(\S+)", out):
+        seen[int(m.group(1))] = (m.group(2), m.group(3), m.group(5), m.group(4))
+    assert seen == {i: (f, c, lk, "96") for i, (f, c, lk) in enumerate(GRES)}, out
 
 
 def test_node_is_idle_with_eight_gpus(host):
     if host.backend.get_hostname() != CONTROL:
         pytest.skip("asked on the controller")
     assert host.check_output(f"sinfo --noheader --Node --nodes {NODE} --format %T") == "idle"
-    assert "Gres=gpu:8" in host.check_output(f"scontrol --oneliner show node {NODE}")
+    node = host.check_output(f"scontrol --oneliner show node {NODE}")
+    # The socket list comes from gres.conf's Cores= (both sockets have GPUs).
+    assert "Gres=gpu:8(S:0-1)" in node, node
 
 
 def test_a_job_runs_on_the_gpu_node(host):
