@@ -88,7 +88,9 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
      "cuDNN must be the build for the toolkit's CUDA major (12)"),
     ("cudnn", {"cuda_toolkit_version": "13.0.2", "cudnn_version": "9.10.2.21"},
      "has a CUDA 13 build only from 9.12.0"),
-    ("nccl", {"cuda_toolkit_version": "12.8.1", "nccl_conf": {"NCCL_IB_HCA": "=mlx5_0"}}, None),
+    ("nccl", {"cuda_toolkit_version": "12.8.1", "nccl_conf": {"NCCL_DEBUG": "WARN"}}, None),
+    # NCCL_IB_HCA comes from the node's topology (or nccl_ib_hca), never a second copy in nccl_conf.
+    ("nccl", {"cuda_toolkit_version": "12.8.1", "nccl_conf": {"NCCL_IB_HCA": "=mlx5_0"}}, "come from the topology"),
     ("nccl", {"cuda_toolkit_version": "12.9.1"}, "is built for CUDA 12.8, but the toolkit is 12.9.1"),
     ("nccl", {"cuda_toolkit_version": "12.9.1", "nccl_allow_older_cuda_build": True}, None),
     ("nccl", {"cuda_toolkit_version": "12.9.1", "nccl_allow_older_cuda_build": True,
