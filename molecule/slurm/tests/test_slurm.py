@@ -52,7 +52,8 @@ def test_slurmd_reads_cores_and_links(host):
     seen = {}
     for m in re.finditer(r"Gres Name=gpu .*?Index=(\d+) .*?File=(\S+) Cores=(\S+) CoreCnt=(\d+) Links=(\S+)", out):
         seen[int(m.group(1))] = (m.group(2), m.group(3), m.group(5), m.group(4))
-    assert seen == {i: (f, c, lk, "96") for i, (f, c, lk) in enumerate(GRES)}, out
+    # CoreCnt is the node's CPU count as slurmd takes it from slurm.conf (CPUs=192), the range Cores= must fit in.
+    assert seen == {i: (f, c, lk, "192") for i, (f, c, lk) in enumerate(GRES)}, out
 
 
 def test_node_is_idle_with_eight_gpus(host):
