@@ -51,9 +51,24 @@ def test_file_diff_is_kept() -> None:
     diff = [{"before": "NCCL_DEBUG=INFO\n", "after": "NCCL_DEBUG=WARN\n",
              "before_header": "/etc/nccl.conf", "after_header": "/tmp/src"}]
     kind, lines, text = messages(_task("ansible.builtin.template", {"dest": "/etc/nccl.conf"}, diff=diff))
-    assert (kind, lines) == ("file", ["/etc/nccl.conf differs"])
+    assert (kind, lines) == ("file", ["/etc/nccl.conf: NCCL_DEBUG INFO -> WARN"])
     assert text.startswith("--- /etc/nccl.conf (on the host)\n+++ /etc/nccl.conf (desired)\n")
     assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in text
+
+
+def test_changed_nccl_conf_lines_are_named() -> None:
+    # A hand edit on the host: the rail list lost GPU1's HCA, a debug line was added; comments do not count.
+    desired = "# The HCA nearest to each GPU\nNCCL_IB_HCA==mlx5_0,mlx5_3\nNCCL_SOCKET_IFNAME==eth1\n"
+    edited = "# edited\nNCCL_IB_HCA==mlx5_0\nNCCL_SOCKET_IFNAME==eth1\nNCCL_DEBUG=INFO\n"
+    res = {"files": [{"dest": "/etc/nccl.conf", "state": "updated", "changed": True}]}
+    diff = [{"before_header": "/etc/nccl.conf", "after_header": "/etc/nccl.conf", "before": edited, "after": desired}]
+    _, lines, _ = messages(_task("managed_files", res, diff=diff))
+    assert lines == ["/etc/nccl.conf: NCCL_IB_HCA =mlx5_0 -> =mlx5_0,mlx5_3; NCCL_DEBUG INFO -> (unset)"]
+    # Not NAME=VALUE lines (gres.conf): the file differs, the diff says how.
+    gres = [{"before_header": "/etc/slurm/gres.conf", "after_header": "/etc/slurm/gres.conf",
+             "before": "NodeName=n Name=gpu File=/dev/nvidia0\n", "after": "NodeName=n Name=gpu File=/dev/nvidia1\n"}]
+    res = {"files": [{"dest": "/etc/slurm/gres.conf", "state": "updated", "changed": True}]}
+    assert messages(_task("managed_files", res, diff=gres))[1] == ["/etc/slurm/gres.conf differs"]
 
 
 def test_service_state_from_the_units_status() -> None:
@@ -92,5 +107,7 @@ def test_managed_files_name_each_file_and_keep_the_diffs() -> None:
              "before": "NCCL_DEBUG=INFO\n", "after": "NCCL_DEBUG=WARN\n"}]
     kind, lines, text = messages(_task("managed_files", res, diff=diff))
     assert kind == "file"
-    assert lines == ["/etc/nccl.conf differs", "/etc/slurm/gres.conf missing", "/usr/local/sbin/x: mode 0644 -> 0755"]
+    # nccl.conf is NAME=VALUE lines: the changed setting is named, with both values.
+    assert lines == ["/etc/nccl.conf: NCCL_DEBUG INFO -> WARN", "/etc/slurm/gres.conf missing",
+                     "/usr/local/sbin/x: mode 0644 -> 0755"]
     assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in text

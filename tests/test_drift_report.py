@@ -44,7 +44,7 @@ def test_each_perturbation_is_named_with_from_and_to(replay: tuple[RunResult, Ra
         f"{S} gpu_settings: GPU0-7 persistence mode off, expected on",
         f"{S} gpu_settings: GPU3 power limit 500 W, expected 700 W",
         f"{S} gpu_settings: gpufleet-gpu-settings.service: disabled; expected enabled",
-        f"{S} nccl: /etc/nccl.conf differs",
+        f"{S} nccl: /etc/nccl.conf: NCCL_DEBUG INFO -> WARN",
         f"{S} host_tuning: sysctl vm.max_map_count differs, expected 1048576",
         # The hold is re-applied after the install; check mode cannot hold what it only pretended to install,
         # so the downgraded node's release of its holds is covered by the version line.

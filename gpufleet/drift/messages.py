@@ -120,8 +120,42 @@ def unified(diff: Mapping[str, Any]) -> str:
     return "".join(lines)
 
 
+#: ``NAME=VALUE`` lines of settings files (/etc/nccl.conf, sysctl.d): a name, ``=``, a value without spaces.
+_SETTING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(\S*)\s*$")
+
+
+def _settings(text: str) -> dict[str, str] | None:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _SETTING.match(line)
+        if m is None:
+            return None
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def setting_changes(before: Any, after: Any) -> list[str]:
+    """``NCCL_IB_HCA =mlx5_0 -> =mlx5_0,mlx5_3`` for each setting of a NAME=VALUE file that differs (comments
+    aside); empty when either side is not such a file, so the caller says "differs" and shows the diff."""
+    if not isinstance(before, str) or not isinstance(after, str):
+        return []
+    b, a = _settings(before), _settings(after)
+    if b is None or a is None:
+        return []
+    return [f"{k} {b.get(k, '(unset)')} -> {a.get(k, '(unset)')}"
+            for k in dict.fromkeys([*a, *b]) if b.get(k) != a.get(k)]
+
+
+def _differs(path: Any, diffs: Iterable[Mapping[str, Any]]) -> str:
+    changes = [c for d in diffs for c in setting_changes(d.get("before"), d.get("after"))]
+    return f"{path}: {'; '.join(changes)}" if changes else f"{path} differs"
+
+
 def file_message(task: TaskResult, res: Mapping[str, Any]) -> tuple[str, str]:
-    """``/etc/nccl.conf differs`` (or ``missing``) with the diff that would be applied."""
+    """``/etc/nccl.conf: NCCL_DEBUG INFO -> WARN`` for NAME=VALUE files, else ``... differs`` (or ``missing``),
+    with the diff that would be applied."""
     path = res.get("dest") or res.get("path")
     diffs = [d for d in task.diff if "before" in d or "after" in d]
     if not path and diffs:
@@ -135,7 +169,7 @@ def file_message(task: TaskResult, res: Mapping[str, Any]) -> tuple[str, str]:
         changes = sorted({k for d in diffs for k in d["after"] if d["after"].get(k) != d["before"].get(k)})
         attrs = ", ".join(f"{k} {d['before'].get(k)} -> {d['after'].get(k)}" for d in diffs for k in changes)
         return f"{path or task.task}: {attrs}", ""
-    return f"{path or task.task} differs", text
+    return _differs(path or task.task, diffs), text
 
 
 def managed_files_messages(task: TaskResult, res: Mapping[str, Any]) -> tuple[list[str], str]:
@@ -152,7 +186,7 @@ def managed_files_messages(task: TaskResult, res: Mapping[str, Any]) -> tuple[li
             attrs = ", ".join(f"{k} {before.get(k)} -> {after.get(k)}" for k in after if before.get(k) != after.get(k))
             lines.append(f"{dest}: {attrs}")
         else:
-            lines.append(f"{dest} differs")
+            lines.append(_differs(dest, (d for d in task.diff if d.get("before_header") == dest)))
     text = "".join(unified(d) for d in task.diff if d.get("before") != d.get("after"))
     return lines, text
 
