@@ -353,3 +353,22 @@ def test_the_property_fails_when_a_taint_is_missed() -> None:
     spec = load_spec("onprem-h100")
     extra = {"key": "gpufleet.io/dedicated", "value": "x", "effect": "NoExecute"}
     assert not _tolerates(gpu_node_tolerations(spec.gpu_pools), extra)
+
+
+def test_system_components_run_on_system_nodes(onprem_spec: ClusterSpec) -> None:
+    """Operators, NFD master/gc, monitoring and gpufleet's own Jobs: system nodes, control-plane tolerated."""
+    lock = resolve_lock(onprem_spec)
+    op = values.gpu_operator_values(onprem_spec, lock, with_counters=True)
+    kps = values.kube_prometheus_stack_values(onprem_spec)
+    placed = [op["operator"], op["node-feature-discovery"]["master"], op["node-feature-discovery"]["gc"],
+              values.network_operator_values(onprem_spec)["operator"], kps["prometheusOperator"],
+              kps["prometheus"]["prometheusSpec"], kps["alertmanager"]["alertmanagerSpec"], kps["grafana"],
+              kps["kube-state-metrics"]]
+    pool = load_spec("onprem-h100").pools[1]
+    job = manifests.taint_job(pool, pool.hosts)
+    assert job is not None
+    placed.append(job["spec"]["template"]["spec"])
+    for p in placed:
+        assert p["nodeSelector"] == {"gpufleet.io/role": "system"}
+        assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                "effect": "NoSchedule"} in p["tolerations"]

@@ -110,8 +110,8 @@ def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
     return {
         "operator": {
             "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
-            # The chart default tolerates control-plane nodes only; system nodes carry no taint of ours.
-            "tolerations": [],
+            # System nodes carry no taint of ours; on small clusters they are the control plane.
+            "tolerations": system_tolerations(),
         },
         "daemonsets": {
             "priorityClassName": "system-node-critical",
