@@ -107,6 +107,22 @@ def test_power_limit_is_set_and_reset_by_reboot(smi: Run, host: Path) -> None:
     assert _query(smi, "power.limit", "-i", "1") == ["700.00 W"]
 
 
+def test_settings_need_root_queries_do_not(smi: Run, host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a task without `become` meets on a real host: nvidia-smi reads for anyone, changes only for root.
+    monkeypatch.setenv("GPUSIM_UNPRIVILEGED", "1")
+    assert _query(smi, "index,power.limit", "-i", "3") == ["3, 700.00 W"]
+    assert not (host / "run/gpusim/sys/module/nvidia/version").exists()  # loaded, but not recorded by a user
+    for args, what in ((("-pl", "650"), "power limit"), (("-pm", "1"), "persistence mode")):
+        r = smi("-i", "3", *args)
+        assert (r.returncode, r.stdout) == (
+            4, f"Unable to set {what} for GPU 00000000:5D:00.0: Insufficient Permissions\n"
+               "Terminating early due to previous errors.\n")
+    assert not (host / "run/gpusim/state.json").exists()
+    monkeypatch.delenv("GPUSIM_UNPRIVILEGED")
+    assert smi("-i", "3", "-pl", "650").returncode == 0
+    assert (host / "run/gpusim/sys/module/nvidia/version").read_text() == "570.133.20\n"
+
+
 def test_l40s_board_limits(smi: Run, tmp_path: Path) -> None:
     root = make_host(tmp_path / "l40s", board="l40s-pcie")
     assert smi("-L", root=root).stdout.count("NVIDIA L40S") == 4

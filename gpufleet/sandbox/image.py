@@ -71,3 +71,13 @@ def build_node(log: bool = True) -> str:
                     "-f", str(DOCKERFILE), str(DOCKERFILE.parent)], check=True, env=env, stdout=subprocess.DEVNULL)
     subprocess.run([docker_bin(), "tag", tag, f"{NODE_REPO}:latest"], check=True)
     return tag
+
+
+def main() -> int:
+    """``python -m gpufleet.sandbox.image``: build (or find) the node image and print its content-hash tag."""
+    print(build_node(log=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,7 +15,8 @@ can run it in a temporary directory):
     the "loaded kernel module". The first call writes the installed version there, as
     nvidia-modprobe loads the module on first use. When it differs from the installed version
     every NVML command fails with "Failed to initialize NVML: Driver/library version mismatch"
-    (exit 18), as on a real host after a driver upgrade without reboot.
+    (exit 18), as on a real host after a driver upgrade without reboot. A non-root caller's first
+    call works too (nvidia-modprobe is setuid root on a real host) but cannot record the load.
 ``/run/gpusim/state.json``
     per-GPU state: persistence mode, power limit, ECC counters, throttle reasons, temperature,
     Xids. Absent means freshly booted GPUs (persistence off, default power limit). ``/run`` is a
@@ -31,7 +32,8 @@ can run it in a temporary directory):
 
 nvidia-smi options emulated: none (table), ``-L``, ``-q`` (``-d`` is accepted and ignored),
 ``-q -x``, ``--query-gpu=...`` with ``--format=csv[,noheader][,nounits]``, ``-i`` (index, UUID or
-PCI bus id, comma lists), ``-pm 0|1``, ``-pl <watts>``, ``topo -m``, ``--version``.
+PCI bus id, comma lists), ``-pm 0|1``, ``-pl <watts>``, ``topo -m``, ``--version``. As on a real
+host, queries work for any user and ``-pm``/``-pl`` need root ("Insufficient Permissions", exit 4).
 
 Fault injection for tests (``/usr/bin/gpusim-ctl`` runs ``gpusim.py --gpusim-ctl``)::
 
@@ -242,6 +244,7 @@ THROTTLE_BITS: dict[str, int] = {
 
 # nvidia-smi(1) RETURN VALUE section, and the NVML error code it passes through for a mismatch.
 EXIT_INVALID_ARG = 2
+EXIT_NO_PERMISSION = 4
 EXIT_NOT_FOUND = 6
 EXIT_NO_DRIVER = 9
 EXIT_VERSION_MISMATCH = 18
@@ -299,12 +302,37 @@ def cuda_version(version: str) -> str:
     return CUDA_BY_BRANCH.get(branch_of(version), "13.1")
 
 
+def privileged() -> bool:
+    """Whether the caller may change GPUs: root on a real host (NVML refuses anyone else). Here whoever can
+    write the state directory (or its nearest existing parent): root in a node, the test user under
+    ``$GPUSIM_ROOT``; ``GPUSIM_UNPRIVILEGED=1`` makes a caller unprivileged anyway (tests run as root)."""
+    if os.environ.get("GPUSIM_UNPRIVILEGED") == "1":
+        return False
+    d = path("/run/gpusim")
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    return os.access(d, os.W_OK)
+
+
+def require_privileges(what: str, gpus: list[Gpu]) -> None:
+    if not privileged():
+        raise SmiExit(
+            EXIT_NO_PERMISSION,
+            f"Unable to set {what} for GPU {gpus[0].bus}: Insufficient Permissions\n"
+            "Terminating early due to previous errors.\n",
+        )
+
+
 def load_module(installed: str) -> str:
     """The loaded module's version; the first call "loads" the installed driver."""
     mod = path("/run/gpusim/sys/module/nvidia/version")
     try:
         return mod.read_text().strip()
     except OSError:
+        if not privileged():
+            # Any user's first NVML call loads the module on a real host (nvidia-modprobe is setuid root);
+            # an unprivileged caller cannot record it here, so the next privileged call does.
+            return installed
         mod.parent.mkdir(parents=True, exist_ok=True)
         mod.write_text(installed + "\n")
         return installed
@@ -1328,6 +1356,7 @@ def set_persistence(state: dict[str, Any], gpus: list[Gpu], value: str) -> str:
         raise SmiExit(
             EXIT_INVALID_ARG, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
         )
+    require_privileges("persistence mode", gpus)
     out = []
     for g in gpus:
         word = "Enabled" if enable else "Disabled"
@@ -1357,6 +1386,7 @@ def set_power_limit(state: dict[str, Any], gpus: list[Gpu], value: str) -> str:
                 f"{b.power_min:.2f} W and {b.power_max:.2f} W for GPU {g.bus}\n"
                 "Terminating early due to previous errors.\n",
             )
+    require_privileges("power limit", gpus)
     out = []
     for g in gpus:
         old = float(g.st["power_limit"])
