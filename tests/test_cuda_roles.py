@@ -1,5 +1,6 @@
-"""cuda_toolkit, cudnn and nccl: the roles' compatibility data equals gpufleet.lock's, and their preflights
-reject what the lock's rules reject (run for real with ansible-playbook on localhost, nothing installed)."""
+"""cuda_toolkit, cudnn and nccl: the compatibility data the roles read (the generated layer) follows gpufleet.lock's
+rules, and their preflights reject what the lock's rules reject (run for real with ansible-playbook on localhost,
+nothing installed)."""
 
 from __future__ import annotations
 
@@ -14,28 +15,17 @@ import pytest
 import yaml
 
 from gpufleet import REPO_ROOT
-from gpufleet.lock.compat import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_FLOOR, cudnn_cuda_majors
+from gpufleet.lock.compat import cudnn_cuda_majors
 from gpufleet.lock.versions import vtuple
 from testbed.fixture_repo.catalogue import CUDNN
 
 ROLES = REPO_ROOT / "roles"
 
 
-def _vars(role: str) -> dict[str, Any]:
-    data = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+def _layer() -> dict[str, Any]:
+    data = yaml.safe_load((ROLES / "gpufleet_defaults" / "defaults" / "main.yml").read_text())
     assert isinstance(data, dict)
     return data
-
-
-def test_cuda_min_driver_map_equals_the_lock_table() -> None:
-    role = _vars("cuda_toolkit")["__cuda_toolkit_min_driver"]
-    lock = {".".join(map(str, k)): v for k, v in CUDA_MIN_DRIVER.items()}
-    assert role == lock, "roles/cuda_toolkit/vars/main.yml and gpufleet/lock/compat.py CUDA_MIN_DRIVER differ"
-
-
-def test_minor_compat_floor_map_equals_the_lock_table() -> None:
-    role = _vars("cuda_toolkit")["__cuda_toolkit_minor_compat_floor"]
-    assert role == {str(k): v for k, v in CUDA_MINOR_COMPAT_FLOOR.items()}
 
 
 CUDNN_SAMPLES = sorted({v for vs in CUDNN.values() for v in vs} | {"9.0.0.312", "9.10.2.21", "9.11.0.98", "9.12.0.46"})
@@ -44,9 +34,8 @@ CUDNN_SAMPLES = sorted({v for vs in CUDNN.values() for v in vs} | {"9.0.0.312", 
 @pytest.mark.parametrize("cudnn", CUDNN_SAMPLES)
 @pytest.mark.parametrize("major", [11, 12, 13])
 def test_cudnn_build_rule_equals_the_lock_rule(cudnn: str, major: int) -> None:
-    data = _vars("cudnn")
-    first = data["__cudnn_first_for_cuda_major"].get(str(major))
-    dropped = data["__cudnn_dropped_cuda_major"].get(str(major))
+    entry = _layer()["gpufleet_compat"]["cudnn9_cuda_majors"].get(str(major), {})
+    first, dropped = entry.get("first"), entry.get("end") or None
     built = first is not None and vtuple(cudnn) >= vtuple(first)
     role_says = built and (dropped is None or vtuple(cudnn) < vtuple(dropped))
     assert role_says == (major in cudnn_cuda_majors(cudnn))
@@ -82,7 +71,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
      "CUDA 13.0.2 (from cuda_toolkit_extra_versions) needs driver >= 580.95.05"),
     ("cuda_toolkit", {**DRIVER, "cuda_toolkit_version": "12.7.0"}, "is not in the known strict compatibility table"),
     ("cuda_toolkit", {**DRIVER, "cuda_toolkit_extra_versions": ["12.8.0"]}, "at most one per CUDA minor"),
-    ("cuda_toolkit", {}, "cuda_toolkit_driver_version= (the driver the hosts run"),
+    ("cuda_toolkit", {"cuda_toolkit_driver_version": ""}, "cuda_toolkit_driver_version= (the driver the hosts run"),
     ("cudnn", {"cuda_toolkit_version": "12.8.1"}, None),
     ("cudnn", {"cuda_toolkit_version": "12.8.1", "cudnn_cuda_major": 13, "cudnn_version": "9.13.0.50"},
      "cuDNN must be the build for the toolkit's CUDA major (12)"),

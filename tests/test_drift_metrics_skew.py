@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpufleet.ansible_run import RunResult, TaskResult
+from gpufleet.ansible_run import RunResult
 from gpufleet.drift import DriftItem, DriftReport, collect_versions, find_skew, render_textfile, write_textfile
 from gpufleet.lock import load_lock
 
@@ -48,20 +48,16 @@ def test_textfile_write_is_atomic_and_readable(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["gpufleet_drift.prom"]
 
 
-def _versions_task(host: str, msg: dict[str, str]) -> TaskResult:
-    return TaskResult(host=host, play="Collect versions", role=None, task="Report the versions",
-                      action="ansible.builtin.debug", status="ok", changed=False, res={"msg": msg})
-
-
 def test_skew_reports_differences_within_a_pool_pinned_or_not() -> None:
     base = {"pool": "gpu", "kernel": "6.1.0-28-amd64", "driver_loaded": "570.172.08",
             "driver_installed": "570.172.08-0ubuntu1", "nccl": "2.26.2-1+cuda12.8", "vbios": "96.00.AF.00.01"}
-    result = RunResult(tasks=[
-        _versions_task("gpu-0", base),
-        _versions_task("gpu-1", base | {"driver_installed": "570.133.20-0ubuntu1", "vbios": "96.00.89.00.01"}),
-        _versions_task("gpu-2", base),
-        _versions_task("cpu-0", base | {"pool": "cpu", "kernel": "6.1.0-30-amd64"}),
-    ])
+    # What skew.yml's set_stats (per_host: false, aggregate: true) leaves in playbook_on_stats' artifact_data.
+    result = RunResult(custom_stats={"gpufleet_skew": {
+        "gpu-0": base,
+        "gpu-1": base | {"driver_installed": "570.133.20-0ubuntu1", "vbios": "96.00.89.00.01"},
+        "gpu-2": base,
+        "cpu-0": base | {"pool": "cpu", "kernel": "6.1.0-30-amd64"},
+    }})
     versions = collect_versions(result)
     assert set(versions) == {"gpu-0", "gpu-1", "gpu-2", "cpu-0"}
     _, lock = load_lock("local")

@@ -153,10 +153,11 @@ def test_entry_vars_are_the_rendered_variables() -> None:
 
 def _defaults() -> dict[Path, dict[str, Any]]:
     out = {}
+    layer = yaml.safe_load((REPO_ROOT / "roles" / "gpufleet_defaults" / "defaults" / "main.yml").read_text())
     for path in sorted((REPO_ROOT / "roles").glob("*/defaults/main.yml")):
         data = yaml.safe_load(path.read_text()) or {}
         env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
-        out[path] = {k: (env.from_string(v).render(**data) if isinstance(v, str) and "{{" in v else v)
+        out[path] = {k: (env.from_string(v).render(**{**layer, **data}) if isinstance(v, str) and "{{" in v else v)
                      for k, v in data.items()}
     for path in sorted((REPO_ROOT / "inventories" / "sample").rglob("*.yml")):
         data = yaml.safe_load(path.read_text())

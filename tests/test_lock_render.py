@@ -1,4 +1,4 @@
-"""Rendering of the lock: Ansible variables, group_vars file, apt preferences, GPU Operator values."""
+"""Rendering of the lock: Ansible variables, group_vars file, package names, GPU Operator values."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from gpufleet.lock import (
     driver_packages,
     fabric_manager_packages,
     host_packages,
-    pinned_packages,
+    nccl_packages,
     render_ansible_vars,
-    render_apt_preferences,
     render_gpu_operator_release,
     render_gpu_operator_values,
     resolve_lock,
@@ -58,12 +57,8 @@ def test_ansible_vars_of_the_sandbox_profile() -> None:
         "dcgm_version": "4.4.1",
         "nvidia_container_toolkit_version": "1.18.0",
     }
-    assert v["cuda_toolkit_packages"] == [{"name": "cuda-toolkit-12-8", "version": "12.8.1-1"}]
-    assert v["nvidia_fabricmanager_packages"] == [
-        {"name": "nvidia-fabricmanager-570", "version": "570.172.08-1"},
-        {"name": "libnvidia-nscq-570", "version": "570.172.08-1"},
-    ]
-    assert v["dcgm_packages"][1] == {"name": "datacenter-gpu-manager-4-cuda12", "version": "1:4.4.1-1"}
+    # Package names are not role variables: roles look them up in the generated layer's naming table.
+    assert not [k for k in v if k.endswith("_packages")]
 
 
 def test_changing_one_profile_version_changes_vars_and_helm_values(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,13 +70,11 @@ def test_changing_one_profile_version_changes_vars_and_helm_values(monkeypatch: 
     v0, v1 = render_ansible_vars(before), render_ansible_vars(after)
     assert (v1["nvidia_driver_version"], v1["nvidia_fabricmanager_version"], v1["nvidia_nscq_version"]) == (
         "570.133.20", "570.133.20", "570.133.20")
-    assert v1["nvidia_driver_packages"][0] == {"name": "nvidia-driver-570-open",
-                                               "version": "570.133.20-0ubuntu1"}
+    assert driver_packages(after)[0] == ("nvidia-driver-570-open", "570.133.20-0ubuntu1")
     assert v1["nvidia_container_toolkit_version"] == "1.17.8"
     changed = {k for k in v0 if v0[k] != v1[k]}
-    assert changed == {"nvidia_driver_version", "nvidia_driver_packages", "nvidia_driver_meta_packages",
-                       "nvidia_fabricmanager_version", "nvidia_nscq_version", "nvidia_fabricmanager_packages",
-                       "nvidia_container_toolkit_version", "nvidia_container_toolkit_packages"}
+    assert changed == {"nvidia_driver_version", "nvidia_fabricmanager_version", "nvidia_nscq_version",
+                       "nvidia_container_toolkit_version"}
     h0, h1 = render_gpu_operator_values(before), render_gpu_operator_values(after)
     assert (h0["driver"]["version"], h1["driver"]["version"]) == ("570.172.08", "570.133.20")
     assert (h0["toolkit"]["version"], h1["toolkit"]["version"]) == ("v1.18.0", "v1.17.8")
@@ -90,8 +83,8 @@ def test_changing_one_profile_version_changes_vars_and_helm_values(monkeypatch: 
 def test_stack_override_changes_rendering() -> None:
     v = render_ansible_vars(lock_for(versions={"nccl": "2.25.1-1+cuda12.8"}))
     assert v["nccl_version"] == "2.25.1-1+cuda12.8"
-    assert v["nccl_packages"] == [{"name": "libnccl2", "version": "2.25.1-1+cuda12.8"},
-                                  {"name": "libnccl-dev", "version": "2.25.1-1+cuda12.8"}]
+    assert nccl_packages(lock_for(versions={"nccl": "2.25.1-1+cuda12.8"})) == [
+        ("libnccl2", "2.25.1-1+cuda12.8"), ("libnccl-dev", "2.25.1-1+cuda12.8")]
 
 
 def test_write_group_vars(tmp_path: Path) -> None:
@@ -105,17 +98,15 @@ def test_write_group_vars(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("profile", "kernel_module", "names"), [
-    ("h100-cuda12.8", "open", ["nvidia-driver-570-open", "libnvidia-compute-570", "libnvidia-cfg1-570",
-                               "libnvidia-common-570", "nvidia-utils-570", "nvidia-compute-utils-570",
-                               "nvidia-kernel-common-570", "nvidia-dkms-570-open",
-                               "nvidia-kernel-source-570-open"]),
-    ("a100-cuda12.4", "proprietary", ["nvidia-driver-550", "libnvidia-compute-550", "libnvidia-cfg1-550",
-                                      "libnvidia-common-550", "nvidia-utils-550", "nvidia-compute-utils-550",
-                                      "nvidia-kernel-common-550", "nvidia-dkms-550",
-                                      "nvidia-kernel-source-550"]),
-    ("h100-cuda13.0-r590", "open", ["nvidia-driver-open", "libnvidia-compute", "libnvidia-cfg1",
-                                    "libnvidia-common", "nvidia-utils", "nvidia-compute-utils",
-                                    "nvidia-kernel-common", "nvidia-dkms-open", "nvidia-kernel-source-open"]),
+    ("h100-cuda12.8", "open", ["nvidia-driver-570-open", "nvidia-dkms-570-open", "nvidia-kernel-source-570-open",
+                               "nvidia-kernel-common-570", "nvidia-utils-570", "nvidia-compute-utils-570",
+                               "libnvidia-compute-570", "libnvidia-cfg1-570", "libnvidia-common-570"]),
+    ("a100-cuda12.4", "proprietary", ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-kernel-source-550",
+                                      "nvidia-kernel-common-550", "nvidia-utils-550", "nvidia-compute-utils-550",
+                                      "libnvidia-compute-550", "libnvidia-cfg1-550", "libnvidia-common-550"]),
+    ("h100-cuda13.0-r590", "open", ["nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-source-open",
+                                    "nvidia-kernel-common", "nvidia-utils", "nvidia-compute-utils",
+                                    "libnvidia-compute", "libnvidia-cfg1", "libnvidia-common"]),
 ])
 def test_driver_package_names_per_branch(profile: str, kernel_module: str, names: list[str]) -> None:
     gpu = "a100-sxm4-80gb" if profile.startswith("a100") else "h100-sxm5-80gb"
@@ -137,34 +128,18 @@ def test_fabric_manager_package_names(profile: str, expected: list[tuple[str, st
 
 def test_580_keeps_branch_in_driver_names_but_not_fabric_manager() -> None:
     lock = lock_for("h200-cuda12.9", gpu="h200-sxm-141gb")
-    names = [n for n, _ in pinned_packages(lock)]
-    assert "nvidia-driver-580-open" in names and "cuda-drivers-580" in names
+    names = [n for n, _ in host_packages(lock)]
+    assert "nvidia-driver-580-open" in names
     assert "nvidia-fabricmanager" in names and "nvidia-fabricmanager-580" not in names
 
 
-def test_apt_preferences() -> None:
-    lock = lock_for()
-    text = render_apt_preferences(lock)
-    stanzas = text.split("\n\n")
-    assert len(stanzas) == len(pinned_packages(lock)) == 24
-    assert stanzas[0] == (
-        "Explanation: gpufleet lock h100-cuda12.8 (stack t); generated, do not edit\n"
-        "Package: nvidia-driver-570-open\nPin: version 570.172.08-0ubuntu1\nPin-Priority: 1001")
-    for expected in ("Package: cuda-drivers-570\nPin: version 570.172.08-1\n",
-                     "Package: nvidia-fabricmanager-570\nPin: version 570.172.08-1\n",
-                     "Package: libcudnn9-cuda-12\nPin: version 9.8.0.87-1\n",
-                     "Package: libnccl2\nPin: version 2.26.2-1+cuda12.8\n",
-                     "Package: datacenter-gpu-manager-4-core\nPin: version 1:4.4.1-1\n",
-                     "Package: nvidia-container-toolkit\nPin: version 1.18.0-1\n"):
-        assert expected in text
-    assert text.count("Pin-Priority: 1001") == 24
-
-
-def test_host_packages() -> None:
+def test_host_packages_are_what_the_roles_pin() -> None:
     lock = lock_for()
     host = [n for n, _ in host_packages(lock)]
-    assert host[:10] == [n for n, _ in driver_packages(lock)] + ["cuda-drivers-570"]
-    assert host[10:12] == ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]
+    # No cuda-drivers meta package: the roles pin the co-versioned set it would pull in, never the meta package.
+    assert host[:9] == [n for n, _ in driver_packages(lock)]
+    assert not [n for n in host if n.startswith("cuda-drivers")]
+    assert host[9:11] == ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]
     assert host[-4:] == ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                          "libnvidia-container-tools", "libnvidia-container1"]
     assert "nvidia-fabricmanager-570" not in [n for n, _ in host_packages(lock, nvswitch=False)]

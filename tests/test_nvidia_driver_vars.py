@@ -1,7 +1,8 @@
-"""The nvidia_driver role's package names and versions agree with gpufleet.lock for every bundled profile.
+"""Every package role pins exactly what gpufleet.lock pins, for every bundled profile.
 
-The role computes its names in Jinja (roles/nvidia_driver/vars/main.yml) and the lock in Python
-(gpufleet/lock/packages.py); both follow NVIDIA's naming, and this keeps them from drifting apart.
+The roles look their names up in the generated layer (roles/gpufleet_defaults, from gpufleet/lock/packages.py)
+by the versions they are given; this renders each role's pinned list with Ansible's templar and compares it with
+the lock's ``*_packages(lock)``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ import sys
 import pytest
 
 from gpufleet import REPO_ROOT
-from gpufleet.lock import PROFILES, driver_packages, fabric_manager_packages, render_ansible_vars
+from gpufleet.lock import (
+    PROFILES,
+    container_toolkit_packages,
+    cuda_packages,
+    cudnn_packages,
+    dcgm_packages,
+    driver_packages,
+    fabric_manager_packages,
+    nccl_packages,
+    render_ansible_vars,
+)
 from gpufleet.lock.model import Lock
 
 # Run in a child process: ansible reads its collections path once, at import.
@@ -32,14 +43,14 @@ def trust(o):
         return {k: trust(x) for k, x in o.items()}
     return o
 
-role = sys.argv[1]
-base = {}
+role, var = sys.argv[1], sys.argv[2]
+base = trust(yaml.safe_load(open(f"{role}/../gpufleet_defaults/defaults/main.yml")))
 for part in ("defaults", "vars"):
     base.update(trust(yaml.safe_load(open(f"{role}/{part}/main.yml"))))
 out = []
 for case in json.loads(sys.stdin.read()):
     t = Templar(loader=DataLoader(), variables={**base, **case})
-    out.append(t.template(trust_as_template("{{ __nvidia_driver_pinned }}")))
+    out.append(t.template(trust_as_template("{{ %s }}" % var)))
 print(json.dumps(out))
 """
 
@@ -50,9 +61,10 @@ def _locks() -> list[Lock]:
             for name, p in sorted(PROFILES.items())]
 
 
-def _render(cases: list[dict[str, object]]) -> list[list[dict[str, str]]]:
+def _render(cases: list[dict[str, object]], role: str = "nvidia_driver",
+            var: str = "__nvidia_driver_pinned") -> list[list[dict[str, str]]]:
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections")}
-    r = subprocess.run([sys.executable, "-c", _RENDER, str(REPO_ROOT / "roles" / "nvidia_driver")],
+    r = subprocess.run([sys.executable, "-c", _RENDER, str(REPO_ROOT / "roles" / role), var],
                        input=json.dumps(cases), capture_output=True, text=True, env=env, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     result: list[list[dict[str, str]]] = json.loads(r.stdout)
@@ -86,3 +98,21 @@ def test_fabric_manager_only_when_enabled(fm: bool) -> None:
     assert ("nvidia-fabricmanager" in names) is fm
     assert ("libnvidia-nscq" in names) is fm
     assert "nvidia-utils-580" in names
+
+
+PACKAGE_ROLES = {
+    "cuda_toolkit": ("__cuda_toolkit_pinned", cuda_packages),
+    "cudnn": ("__cudnn_pinned", cudnn_packages),
+    "nccl": ("__nccl_pinned", nccl_packages),
+    "dcgm": ("__dcgm_pinned", dcgm_packages),
+    "nvidia_container_toolkit": ("__nvidia_container_toolkit_pinned", container_toolkit_packages),
+}
+
+
+@pytest.mark.parametrize("role", sorted(PACKAGE_ROLES))
+def test_package_roles_pin_exactly_what_the_lock_pins(role: str) -> None:
+    var, lock_packages = PACKAGE_ROLES[role]
+    locks = _locks()
+    rendered = _render([dict(render_ansible_vars(lock)) for lock in locks], role, var)
+    for lock, pinned in zip(locks, rendered, strict=True):
+        assert [(p["name"], p["version"]) for p in pinned] == lock_packages(lock), f"{role}, profile {lock.profile}"

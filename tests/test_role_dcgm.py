@@ -1,4 +1,4 @@
-"""The dcgm role's preflight table agrees with the lock's dcgm-cuda rule (gpufleet.lock.compat)."""
+"""The dcgm role's preflight table (the generated layer's gpufleet_compat) agrees with the lock's dcgm-cuda rule."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from gpufleet import REPO_ROOT
 from gpufleet.lock.compat import dcgm_cuda_majors
 from gpufleet.lock.versions import vtuple
 
-ROLE_VARS = REPO_ROOT / "roles" / "dcgm" / "vars" / "main.yml"
+LAYER = REPO_ROOT / "roles" / "gpufleet_defaults" / "defaults" / "main.yml"
 
 
 def role_cuda_majors(dcgm: str) -> tuple[int, ...]:
     """What the role's preflight accepts: the CUDA majors whose first DCGM release is <= ``dcgm``."""
-    since: dict[int, str] = yaml.safe_load(ROLE_VARS.read_text())["__dcgm_cuda_major_since"]
-    return tuple(sorted(m for m, first in since.items() if vtuple(dcgm) >= vtuple(first)))
+    since: dict[str, str] = yaml.safe_load(LAYER.read_text())["gpufleet_compat"]["dcgm4_cuda_majors"]
+    return tuple(sorted(int(m) for m, first in since.items() if vtuple(dcgm) >= vtuple(first)))
 
 
 @pytest.mark.parametrize("dcgm", ["4.0.0", "4.1.1", "4.2.3", "4.3.1", "4.4.0", "4.4.1", "4.5.0"])

@@ -10,6 +10,8 @@ import yaml
 from gpufleet import REPO_ROOT
 
 ROLES = sorted(p for p in (REPO_ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
+#: The generated defaults layer (role gpufleet_defaults): versions the package roles document but do not default.
+LAYER = REPO_ROOT / "roles" / "gpufleet_defaults" / "defaults" / "main.yml"
 
 
 def _load(path: Path) -> object:
@@ -22,6 +24,9 @@ def test_argument_specs_match_defaults(role: Path) -> None:
     specs = _load(role / "meta" / "argument_specs.yml")
     assert isinstance(defaults, dict) and isinstance(specs, dict)
     options = specs["argument_specs"]["main"]["options"]
+    layer = _load(LAYER)
+    assert isinstance(layer, dict)
+    defaults = {**{k: layer[k] for k in options if k in layer}, **defaults}
     assert sorted(options) == sorted(defaults), (
         f"{role.name}: meta/argument_specs.yml and defaults/main.yml differ: "
         f"only in specs {sorted(set(options) - set(defaults))}, only in defaults {sorted(set(defaults) - set(options))}"

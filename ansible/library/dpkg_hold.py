@@ -26,6 +26,12 @@ options:
     type: str
     choices: [hold, install]
     default: hold
+  read_only:
+    description:
+      - Only read and return the state (RV(installed), RV(moving), RV(before)); change no selection. For package sets
+        that are pinned but not held.
+    type: bool
+    default: false
   versions:
     description:
       - The pinned version of each name. When given, only the names installed at exactly that version get the
@@ -95,6 +101,7 @@ def main() -> None:
             "names": {"type": "list", "elements": "str", "required": True},
             "selection": {"type": "str", "choices": ["hold", "install"], "default": "hold"},
             "versions": {"type": "dict"},
+            "read_only": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -108,12 +115,13 @@ def main() -> None:
     moving = [n for n in names if pinned is not None and installed[n] != str(pinned[n])]
     before = {n: s for n, s in selections.items() if n not in moving}
     missing = [n for n, s in before.items() if s == NOT_INSTALLED]
-    if missing and selection == "hold" and not module.check_mode:
+    if missing and selection == "hold" and not module.check_mode and not module.params["read_only"]:
         module.fail_json(
             msg=f"dpkg_hold: cannot hold {', '.join(missing)}: not installed (dpkg ignores selections of unknown "
                 "packages). Fix: install them first, or remove them from the list of packages to hold.",
             before=selections)
-    changing = [n for n, s in before.items() if s != selection and not (s == NOT_INSTALLED and selection != "hold")]
+    changing = [n for n, s in before.items() if s != selection and not (s == NOT_INSTALLED and selection != "hold")
+                and not module.params["read_only"]]
     after = {n: (selection if n in changing else s) for n, s in before.items()}
     result = {
         "changed": bool(changing),

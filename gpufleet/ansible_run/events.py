@@ -219,6 +219,10 @@ class ResultBuilder:
                 setattr(stats, dst, int(counts.get(host, 0)))
             stats.current_task = None
             stats.state = "unreachable" if stats.unreachable else "failed" if stats.failed else "done"
+        # What the playbook reported with set_stats (per_host: false), e.g. skew.yml's versions per host.
+        custom = data.get("artifact_data")
+        if isinstance(custom, Mapping):
+            self.result.custom_stats = dict(custom)
         self.result.finished = True
 
 

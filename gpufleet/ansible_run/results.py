@@ -154,6 +154,8 @@ class RunResult:
     log_tail: list[str] = field(default_factory=list)
     #: ansible-runner's artifact folder when the caller kept the private data dir.
     artifact_dir: str | None = None
+    #: Data the playbook reported with ``set_stats`` (aggregated over hosts), from playbook_on_stats.
+    custom_stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed_hosts(self) -> list[str]:

@@ -1,7 +1,8 @@
 """Fleet skew: versions that differ between hosts of one pool, pinned by the lock or not.
 
-``ansible/playbooks/skew.yml`` reads the versions on every host and ends with a task named
-``SKEW_TASK`` whose message is a flat ``{item: version}`` mapping (plus ``pool``). Drift compares hosts
+``ansible/playbooks/skew.yml`` reads the versions on every host and reports them with ``set_stats``
+(aggregated over hosts): ``STATS_KEY: {host: {item: version, ..., pool}}``; the packages behind each item
+come from the lock (gpufleet.lock.packages.skew_packages, through the generated layer). Drift compares hosts
 with the lock; skew compares hosts with each other, so it also catches what the lock does not pin
 (kernel, VBIOS, OFED) and a host the lock check cannot see (e.g. a loaded module older than installed).
 """
@@ -15,7 +16,8 @@ from typing import Any
 from gpufleet.ansible_run import RunResult
 from gpufleet.lock import Lock
 
-SKEW_TASK = "Report the versions"
+#: The set_stats key skew.yml reports under.
+STATS_KEY = "gpufleet_skew"
 #: Items skew.yml reports, in report order, with a reader's name.
 ITEMS: dict[str, str] = {
     "kernel": "kernel",
@@ -49,14 +51,14 @@ def locked_values(lock: Lock) -> dict[str, str]:
 
 
 def collect_versions(result: RunResult) -> dict[str, dict[str, str]]:
-    """host -> {item: version} from the skew playbook's report task; missing items are ``""``."""
+    """host -> {item: version} from what the skew playbook reported with set_stats; missing items are ``""``."""
+    reported: Any = result.custom_stats.get(STATS_KEY)
     out: dict[str, dict[str, str]] = {}
-    for t in result.tasks:
-        if t.task != SKEW_TASK or t.status not in ("ok", "changed"):
-            continue
-        msg: Any = t.res.get("msg")
-        if isinstance(msg, Mapping):
-            out[t.host] = {str(k): "" if v is None else str(v) for k, v in msg.items()}
+    if not isinstance(reported, Mapping):
+        return out
+    for host, items in reported.items():
+        if isinstance(items, Mapping):
+            out[str(host)] = {str(k): "" if v is None else str(v) for k, v in items.items()}
     return out
 
 

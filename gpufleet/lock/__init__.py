@@ -12,7 +12,6 @@ from gpufleet.lock.packages import (
     cuda_packages,
     cudnn_packages,
     dcgm_packages,
-    driver_meta_packages,
     driver_packages,
     fabric_manager_packages,
     host_packages,
@@ -20,9 +19,7 @@ from gpufleet.lock.packages import (
 )
 from gpufleet.lock.profiles import PROFILES, Profile
 from gpufleet.lock.render import (
-    pinned_packages,
     render_ansible_vars,
-    render_apt_preferences,
     render_gpu_operator_release,
     render_gpu_operator_values,
     write_group_vars,
@@ -42,15 +39,12 @@ __all__ = [
     "cuda_packages",
     "cudnn_packages",
     "dcgm_packages",
-    "driver_meta_packages",
     "driver_packages",
     "fabric_manager_packages",
     "host_packages",
     "load_lock",
     "nccl_packages",
-    "pinned_packages",
     "render_ansible_vars",
-    "render_apt_preferences",
     "render_gpu_operator_release",
     "render_gpu_operator_values",
     "resolve_lock",

@@ -77,26 +77,36 @@ def cuda_min_driver(major: int, minor: int, update: int) -> str | None:
     return CUDA_MIN_DRIVER.get((major, minor, update))
 
 
+#: cuDNN 9: CUDA major -> (first release with a build for it, first release without one or None).
+CUDNN9_CUDA_MAJORS: dict[int, tuple[str, str | None]] = {
+    11: ("9.0.0", "9.11.0"),
+    12: ("9.0.0", None),
+    13: ("9.12.0", None),
+}
+#: DCGM 4: CUDA major -> first release with its plugin package (datacenter-gpu-manager-4-cuda<major>).
+DCGM4_CUDA_MAJORS: dict[int, str] = {
+    11: "4.0.0",
+    12: "4.0.0",
+    13: "4.4.0",
+}
+
+
 def cudnn_cuda_majors(cudnn: str) -> tuple[int, ...]:
-    v = vtuple(cudnn)[:2]
+    v = vtuple(cudnn)
     if v[0] == 8:
-        return (11, 12) if v >= (8, 9) else (11,)
+        return (11, 12) if v[:2] >= (8, 9) else (11,)
     if v[0] == 9:
-        majors = [12]
-        if v <= (9, 10):
-            majors.insert(0, 11)
-        if v >= (9, 12):
-            majors.append(13)
-        return tuple(majors)
+        return tuple(m for m, (first, end) in CUDNN9_CUDA_MAJORS.items()
+                     if v >= vtuple(first) and (end is None or v < vtuple(end)))
     return ()
 
 
 def dcgm_cuda_majors(dcgm: str) -> tuple[int, ...]:
-    v = vtuple(dcgm)[:2]
+    v = vtuple(dcgm)
     if v[0] == 3:
         return (11, 12)
     if v[0] == 4:
-        return (11, 12, 13) if v >= (4, 4) else (11, 12)
+        return tuple(m for m, first in DCGM4_CUDA_MAJORS.items() if v >= vtuple(first))
     return ()
 
 

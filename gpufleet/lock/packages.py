@@ -1,107 +1,188 @@
-"""Exact apt package names and versions of a lock, per NVIDIA's naming in its CUDA repository.
+"""NVIDIA's apt package naming: the only place the project spells it.
 
-Naming (docs/architecture.md fixture table; ../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md):
+Everything that needs a package name gets it from here: the lock's pins (the ``*_packages(lock)`` functions),
+the roles (through the generated defaults layer, ``naming_table()``, see gpufleet.lock.layer), the skew
+playbook, Molecule's verifiers and the fixture repository's catalogue.
+
+Naming (../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md):
 - driver packages carry the branch in the name up to 580 (``nvidia-utils-570``) and drop it from 590
   (``nvidia-utils``); NVIDIA rebuilds them Ubuntu-style, so their revision is ``-0ubuntu1``;
 - fabric manager and NSCQ are branch-suffixed below 580 and unsuffixed from 580 (NVIDIA's
   gpu-driver-container, commit 78fa4ac "add driver 580.65.06"); NVIDIA-native, revision ``-1``;
-- ``cuda-drivers-<branch>`` exists up to 580, plain ``cuda-drivers`` from 590; revision ``-1``;
+- ``cuda-drivers-<branch>`` exists up to 580, plain ``cuda-drivers`` from 590 (the repository carries it; no role
+  installs it: the roles pin the co-versioned set it would pull in);
 - CUDA toolkit ``cuda-toolkit-X-Y``; cuDNN 9 ``libcudnn9-cuda-X``; NCCL ``libnccl2``/``libnccl-dev`` with
   the ``+cudaX.Y`` build in the version; DCGM 4 ``datacenter-gpu-manager-4-*`` with epoch ``1:``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpufleet.lock.model import Lock
 from gpufleet.lock.versions import cuda_major_minor, vtuple
 
 Package = tuple[str, str]
 
-_UBUNTU_REV = "-0ubuntu1"
-_NATIVE_REV = "-1"
+#: Debian revisions: NVIDIA's Ubuntu-style rebuilds of the driver, and its own (native) packages.
+UBUNTU_REVISION = "-0ubuntu1"
+NATIVE_REVISION = "-1"
+#: apt epoch of NVIDIA's DCGM packages.
+DCGM_EPOCH = "1:"
+
+#: Driver packages that exist in an open-kernel and a proprietary flavour (``-open`` after the branch).
+DRIVER_FLAVOURED = ("nvidia-driver", "nvidia-dkms", "nvidia-kernel-source")
+#: The other co-versioned driver packages (one flavour).
+DRIVER_COMMON = ("nvidia-kernel-common", "nvidia-utils", "nvidia-compute-utils", "libnvidia-compute",
+                 "libnvidia-cfg1", "libnvidia-common")
+#: The package whose version says which driver userspace is installed (nvidia-smi ships in it).
+DRIVER_USERSPACE = "nvidia-utils"
+FABRIC_MANAGER = "nvidia-fabricmanager"
+NSCQ = "libnvidia-nscq"
+CUDA_DRIVERS = "cuda-drivers"
+NCCL_RUNTIME, NCCL_DEV = "libnccl2", "libnccl-dev"
+DCGM4_PREFIX = "datacenter-gpu-manager-4-"
+DCGM3 = "datacenter-gpu-manager"
+CONTAINER_TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                     "libnvidia-container1")
+#: Debian's own driver packages (the nvidia_driver role's ``distro`` source), with their source package.
+DISTRO_DRIVER = ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1")
+DISTRO_DRIVER_EXTRA = ("nvidia-persistenced",)
+DISTRO_DRIVER_SOURCE = ("nvidia-graphics-drivers",)
 
 
-def _driver_suffix(branch: int) -> str:
+def driver_suffix(branch: int) -> str:
     return f"-{branch}" if branch < 590 else ""
 
 
-def driver_packages(lock: Lock) -> list[Package]:
+def fabric_manager_suffix(branch: int) -> str:
+    return f"-{branch}" if branch < 580 else ""
+
+
+def flavour(kernel_module: str) -> str:
+    return "-open" if kernel_module == "open" else ""
+
+
+def driver_names(branch: int, kernel_module: str) -> list[str]:
     """The co-versioned driver set (they depend on each other with ``= version``): pin all or none."""
-    sfx = _driver_suffix(lock.driver_branch)
-    flavour = "-open" if lock.kernel_module == "open" else ""
-    version = lock.driver + _UBUNTU_REV
-    names = [
-        f"nvidia-driver{sfx}{flavour}",
-        f"libnvidia-compute{sfx}",
-        f"libnvidia-cfg1{sfx}",
-        f"libnvidia-common{sfx}",
-        f"nvidia-utils{sfx}",
-        f"nvidia-compute-utils{sfx}",
-        f"nvidia-kernel-common{sfx}",
-        f"nvidia-dkms{sfx}{flavour}",
-        f"nvidia-kernel-source{sfx}{flavour}",
-    ]
-    return [(n, version) for n in names]
+    sfx, fl = driver_suffix(branch), flavour(kernel_module)
+    return [f"{n}{sfx}{fl}" for n in DRIVER_FLAVOURED] + [f"{n}{sfx}" for n in DRIVER_COMMON]
 
 
-def driver_meta_packages(lock: Lock) -> list[Package]:
-    return [(f"cuda-drivers{_driver_suffix(lock.driver_branch)}", lock.driver + _NATIVE_REV)]
+def fabric_manager_names(branch: int) -> list[str]:
+    sfx = fabric_manager_suffix(branch)
+    return [f"{FABRIC_MANAGER}{sfx}", f"{NSCQ}{sfx}"]
+
+
+def cuda_toolkit_name(major: int, minor: int) -> str:
+    return f"cuda-toolkit-{major}-{minor}"
+
+
+def cudnn_names(cudnn_major: int, cuda_major: int) -> tuple[str, str]:
+    """(runtime, dev) package of a cuDNN major built for a CUDA major."""
+    return f"libcudnn{cudnn_major}-cuda-{cuda_major}", f"libcudnn{cudnn_major}-dev-cuda-{cuda_major}"
+
+
+def dcgm4_cuda_name(cuda_major: int) -> str:
+    return f"{DCGM4_PREFIX}cuda{cuda_major}"
+
+
+DCGM4_CORE = f"{DCGM4_PREFIX}core"
+DCGM4_PROPRIETARY = f"{DCGM4_PREFIX}proprietary"
+
+
+def driver_packages(lock: Lock) -> list[Package]:
+    version = lock.driver + UBUNTU_REVISION
+    return [(n, version) for n in driver_names(lock.driver_branch, lock.kernel_module)]
 
 
 def fabric_manager_packages(lock: Lock) -> list[Package]:
     """Fabric manager and NSCQ (NVSwitch systems only), at exactly their lock versions."""
-    sfx = f"-{lock.driver_branch}" if lock.driver_branch < 580 else ""
-    return [
-        (f"nvidia-fabricmanager{sfx}", lock.fabric_manager + _NATIVE_REV),
-        (f"libnvidia-nscq{sfx}", lock.nscq + _NATIVE_REV),
-    ]
+    fm, nscq = fabric_manager_names(lock.driver_branch)
+    return [(fm, lock.fabric_manager + NATIVE_REVISION), (nscq, lock.nscq + NATIVE_REVISION)]
 
 
 def cuda_packages(lock: Lock) -> list[Package]:
-    major, minor = cuda_major_minor(lock.cuda)
-    return [(f"cuda-toolkit-{major}-{minor}", lock.cuda + _NATIVE_REV)]
+    return [(cuda_toolkit_name(*cuda_major_minor(lock.cuda)), lock.cuda + NATIVE_REVISION)]
 
 
 def cudnn_packages(lock: Lock) -> list[Package]:
     major, _ = cuda_major_minor(lock.cuda)
-    cudnn_major = lock.cudnn.split(".", 1)[0]
-    version = lock.cudnn + _NATIVE_REV
-    return [
-        (f"libcudnn{cudnn_major}-cuda-{major}", version),
-        (f"libcudnn{cudnn_major}-dev-cuda-{major}", version),
-    ]
+    version = lock.cudnn + NATIVE_REVISION
+    return [(n, version) for n in cudnn_names(vtuple(lock.cudnn)[0], major)]
 
 
 def nccl_packages(lock: Lock) -> list[Package]:
-    return [("libnccl2", lock.nccl), ("libnccl-dev", lock.nccl)]
+    return [(NCCL_RUNTIME, lock.nccl), (NCCL_DEV, lock.nccl)]
 
 
 def dcgm_packages(lock: Lock) -> list[Package]:
-    version = f"1:{lock.dcgm}{_NATIVE_REV}"
     if vtuple(lock.dcgm)[0] < 4:
-        return [("datacenter-gpu-manager", f"1:{lock.dcgm}")]
+        return [(DCGM3, f"{DCGM_EPOCH}{lock.dcgm}")]
+    version = f"{DCGM_EPOCH}{lock.dcgm}{NATIVE_REVISION}"
     major, _ = cuda_major_minor(lock.cuda)
-    return [
-        ("datacenter-gpu-manager-4-core", version),
-        (f"datacenter-gpu-manager-4-cuda{major}", version),
-        ("datacenter-gpu-manager-4-proprietary", version),
-    ]
+    return [(n, version) for n in (DCGM4_CORE, dcgm4_cuda_name(major), DCGM4_PROPRIETARY)]
 
 
 def container_toolkit_packages(lock: Lock) -> list[Package]:
-    version = lock.container_toolkit + _NATIVE_REV
-    return [(n, version) for n in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
-                                   "libnvidia-container-tools", "libnvidia-container1")]
+    version = lock.container_toolkit + NATIVE_REVISION
+    return [(n, version) for n in CONTAINER_TOOLKIT]
 
 
 def host_packages(lock: Lock, nvswitch: bool | None = None) -> list[Package]:
-    """Every package the host roles install on an Ansible-managed GPU host.
+    """Every package the host roles pin on an Ansible-managed GPU host (what drift and skew compare with).
 
     ``nvswitch`` says whether the host's board needs fabric manager; None uses the stack-wide answer.
     """
     fm = lock.fabric_manager_required if nvswitch is None else nvswitch
-    pkgs = driver_packages(lock) + driver_meta_packages(lock)
-    if fm:
-        pkgs += fabric_manager_packages(lock)
+    pkgs = driver_packages(lock) + (fabric_manager_packages(lock) if fm else [])
     return (pkgs + cuda_packages(lock) + cudnn_packages(lock) + nccl_packages(lock) + dcgm_packages(lock)
             + container_toolkit_packages(lock))
+
+
+def skew_packages(branches: list[int], cuda_minors: list[tuple[int, int]],
+                  cuda_majors: list[int]) -> dict[str, list[str]]:
+    """Skew item (gpufleet.drift.skew.ITEMS) -> the packages whose installed version is that item's, sorted."""
+    return {
+        "driver_installed": sorted({f"{DRIVER_USERSPACE}{driver_suffix(b)}" for b in branches}),
+        "fabricmanager": sorted({fabric_manager_names(b)[0] for b in branches}),
+        "cuda": sorted(cuda_toolkit_name(ma, mi) for ma, mi in cuda_minors),
+        "cudnn": sorted(cudnn_names(9, m)[0] for m in cuda_majors),
+        "nccl": [NCCL_RUNTIME],
+        "dcgm": [DCGM4_CORE],
+    }
+
+
+def driver_patterns() -> list[str]:
+    """dpkg-query patterns that find an installed driver of any branch and source (NVIDIA's and Debian's)."""
+    return [f"{DRIVER_FLAVOURED[0]}*", f"{DRIVER_COMMON[3]}*", DISTRO_DRIVER[1]]
+
+
+def naming_table(branches: list[int], cuda_minors: list[tuple[int, int]], cudnn_majors: list[int]) -> dict[str, Any]:
+    """The naming above as data, for the roles (YAML cannot import this module): every name keyed by what selects
+    it (driver branch and kernel module, CUDA X.Y or major), plus the version affixes.
+
+    Roles look names up by the versions they are given (so a scenario that sets only a version gets the right
+    names); a version outside the table fails the role's preflight with the fix (regenerate the layer).
+    """
+    cuda_majors = sorted({m for m, _ in cuda_minors})
+    return {
+        "driver": {str(b): {m: driver_names(b, m) for m in ("open", "proprietary")} for b in branches},
+        "driver_userspace": {str(b): f"{DRIVER_USERSPACE}{driver_suffix(b)}" for b in branches},
+        "fabric_manager": {str(b): fabric_manager_names(b) for b in branches},
+        "cuda_toolkit": {f"{ma}.{mi}": cuda_toolkit_name(ma, mi) for ma, mi in cuda_minors},
+        "cudnn": {str(c): {str(m): dict(zip(("runtime", "dev"), cudnn_names(c, m), strict=True))
+                           for m in cuda_majors} for c in cudnn_majors},
+        "nccl": {"runtime": NCCL_RUNTIME, "dev": NCCL_DEV},
+        "dcgm": {"core": DCGM4_CORE, "proprietary": DCGM4_PROPRIETARY,
+                 "cuda": {str(m): dcgm4_cuda_name(m) for m in cuda_majors}},
+        "container_toolkit": list(CONTAINER_TOOLKIT),
+        "distro_driver": {"packages": list(DISTRO_DRIVER), "extra": list(DISTRO_DRIVER_EXTRA),
+                          "source": list(DISTRO_DRIVER_SOURCE)},
+        "driver_patterns": driver_patterns(),
+        "skew": skew_packages(branches, cuda_minors, cuda_majors),
+        # version = prefix ~ upstream version ~ suffix
+        "version": {"driver": {"prefix": "", "suffix": UBUNTU_REVISION},
+                    "native": {"prefix": "", "suffix": NATIVE_REVISION},
+                    "dcgm": {"prefix": DCGM_EPOCH, "suffix": NATIVE_REVISION}},
+    }

@@ -1,4 +1,4 @@
-"""The lock rendered for its consumers: Ansible variables, apt preferences, GPU Operator Helm values.
+"""The lock rendered for its consumers: Ansible variables and GPU Operator Helm values.
 
 Every number comes from the Lock; nothing here holds a version of its own.
 """
@@ -11,17 +11,6 @@ from typing import Any
 import yaml
 
 from gpufleet.lock.model import Lock
-from gpufleet.lock.packages import (
-    Package,
-    container_toolkit_packages,
-    cuda_packages,
-    cudnn_packages,
-    dcgm_packages,
-    driver_meta_packages,
-    driver_packages,
-    fabric_manager_packages,
-    nccl_packages,
-)
 
 GPU_OPERATOR_CHART = "gpu-operator"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
@@ -52,12 +41,10 @@ TOOLKIT_MANAGER_VAR = "nvidia_container_toolkit_managed_by"
 FABRIC_MANAGER_REQUIRED_VAR = "nvidia_fabricmanager_required"
 
 
-def _pkgs(pkgs: list[Package]) -> list[dict[str, str]]:
-    return [{"name": n, "version": v} for n, v in pkgs]
-
-
 def render_ansible_vars(lock: Lock) -> dict[str, Any]:
-    """Role variables (group_vars/all and ansible-runner extra vars) for the lock."""
+    """Role variables for the lock: the versions a stack's group_vars/all/versions.yml sets, and the defaults of the
+    generated layer (gpufleet.lock.layer). Package names are not among them: roles look them up in the layer's
+    naming table by these versions."""
     return {
         "gpufleet_lock_profile": lock.profile,
         "gpufleet_lock_stack": lock.stack,
@@ -66,23 +53,15 @@ def render_ansible_vars(lock: Lock) -> dict[str, Any]:
         "nvidia_driver_branch": lock.driver_branch,
         "nvidia_driver_kernel_module": lock.kernel_module,
         "nvidia_driver_managed_by": lock.driver_managed_by,
-        "nvidia_driver_packages": _pkgs(driver_packages(lock)),
-        "nvidia_driver_meta_packages": _pkgs(driver_meta_packages(lock)),
         "nvidia_fabricmanager_version": lock.fabric_manager,
         "nvidia_nscq_version": lock.nscq,
         "nvidia_fabricmanager_required": lock.fabric_manager_required,
-        "nvidia_fabricmanager_packages": _pkgs(fabric_manager_packages(lock)),
         "cuda_toolkit_version": lock.cuda,
-        "cuda_toolkit_packages": _pkgs(cuda_packages(lock)),
         "cudnn_version": lock.cudnn,
-        "cudnn_packages": _pkgs(cudnn_packages(lock)),
         "nccl_version": lock.nccl,
-        "nccl_packages": _pkgs(nccl_packages(lock)),
         "dcgm_version": lock.dcgm,
-        "dcgm_packages": _pkgs(dcgm_packages(lock)),
         "nvidia_container_toolkit_version": lock.container_toolkit,
         "nvidia_container_toolkit_managed_by": lock.toolkit_managed_by,
-        "nvidia_container_toolkit_packages": _pkgs(container_toolkit_packages(lock)),
         "gpu_operator_chart_version": lock.gpu_operator,
         "dcgm_exporter_chart_version": lock.dcgm_exporter_chart,
         "rdma_stack": lock.rdma,
@@ -103,27 +82,6 @@ def write_group_vars(lock: Lock, inventory_dir: Path) -> Path:
     body = yaml.safe_dump(render_ansible_vars(lock), sort_keys=False, default_flow_style=False)
     path.write_text(header + "---\n" + body)
     return path
-
-
-def pinned_packages(lock: Lock) -> list[Package]:
-    """Every package the lock pins, whichever hosts install it (a pin on an absent package is inert)."""
-    return (driver_packages(lock) + driver_meta_packages(lock) + fabric_manager_packages(lock)
-            + cuda_packages(lock) + cudnn_packages(lock) + nccl_packages(lock) + dcgm_packages(lock)
-            + container_toolkit_packages(lock))
-
-
-def render_apt_preferences(lock: Lock) -> str:
-    """``/etc/apt/preferences.d/gpufleet-nvidia`` content.
-
-    Priority 1001 makes apt hold (and if needed downgrade to) the locked version, so an upgrade or
-    unattended-upgrades can never move a pinned package.
-    """
-    stanzas = [
-        f"Explanation: gpufleet lock {lock.profile} (stack {lock.stack or '-'}); generated, do not edit\n"
-        f"Package: {name}\nPin: version {version}\nPin-Priority: 1001\n"
-        for name, version in pinned_packages(lock)
-    ]
-    return "\n".join(stanzas)
 
 
 def render_gpu_operator_values(lock: Lock) -> dict[str, Any]:

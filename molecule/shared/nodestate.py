@@ -6,24 +6,13 @@ import csv
 import io
 from typing import Any
 
-CO_VERSIONED = [
-    "nvidia-driver{s}{m}",
-    "nvidia-dkms{s}{m}",
-    "nvidia-kernel-source{s}{m}",
-    "nvidia-kernel-common{s}",
-    "nvidia-utils{s}",
-    "nvidia-compute-utils{s}",
-    "libnvidia-compute{s}",
-    "libnvidia-cfg1{s}",
-    "libnvidia-common{s}",
-]
+from gpufleet.lock.packages import driver_names
+from gpufleet.lock.versions import driver_branch
 
 
 def driver_packages(version: str, module: str = "open") -> list[str]:
-    branch = int(version.split(".")[0])
-    sfx = f"-{branch}" if branch < 590 else ""
-    mod = "-open" if module == "open" else ""
-    return [p.format(s=sfx, m=mod) for p in CO_VERSIONED]
+    """The co-versioned driver packages of ``version``, named by the lock (the one place NVIDIA's naming lives)."""
+    return driver_names(driver_branch(version), module)
 
 
 def installed_version(host: Any, pkg: str) -> str | None:

@@ -1,8 +1,9 @@
 """The package catalogue of the fixture repository: names, versions and relations.
 
 It carries exactly the versions of the table "Fixture NVIDIA repository" in docs/architecture.md,
-named and related as in NVIDIA's CUDA repository (rules and sources:
-../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md):
+named and related as in NVIDIA's CUDA repository. The naming is the lock's (gpufleet.lock.packages, the
+one place it lives; sources: ../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md); this module adds the
+versions the repository carries and the relations between the packages:
 
 * Ubuntu-style driver packages NVIDIA rebuilds carry ``<V>-0ubuntu1``; NVIDIA-native ones ``<V>-1``.
 * Branches up to 580 keep the branch in driver package names; 590 drops it.
@@ -15,6 +16,8 @@ named and related as in NVIDIA's CUDA repository (rules and sources:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from gpufleet.lock import packages as naming
 
 #: Driver branch -> driver versions, oldest first.
 DRIVERS: dict[int, tuple[str, ...]] = {
@@ -90,9 +93,9 @@ class Package:
 
 
 def _driver_packages(branch: int, driver: str) -> list[Package]:
-    s = f"-{branch}" if branch < 590 else ""
-    ub = f"{driver}-0ubuntu1"
-    nv = f"{driver}-1"
+    s = naming.driver_suffix(branch)
+    ub = f"{driver}{naming.UBUNTU_REVISION}"
+    nv = f"{driver}{naming.NATIVE_REVISION}"
     meta = {"driver": driver, "branch": str(branch)}
 
     def eq(name: str) -> str:
@@ -200,9 +203,8 @@ def _driver_packages(branch: int, driver: str) -> list[Package]:
             depends=(f"nvidia-driver{s}-open (>= {driver}) | nvidia-driver{s} (>= {driver})",),
         ),
     ]
-    fm = f"nvidia-fabricmanager-{branch}" if branch < 580 else "nvidia-fabricmanager"
-    nscq = f"libnvidia-nscq-{branch}" if branch < 580 else "libnvidia-nscq"
-    fm_excl: tuple[str, ...] = ("nvidia-fabricmanager",) if branch < 580 else ()
+    fm, nscq = naming.fabric_manager_names(branch)
+    fm_excl: tuple[str, ...] = (naming.FABRIC_MANAGER,) if naming.fabric_manager_suffix(branch) else ()
     pkgs += [
         Package(
             fm,
@@ -248,7 +250,7 @@ def _driver_packages(branch: int, driver: str) -> list[Package]:
 def _cuda_packages() -> list[Package]:
     pkgs = []
     for minor, releases in CUDA_TOOLKITS.items():
-        name = "cuda-toolkit-" + minor.replace(".", "-")
+        name = naming.cuda_toolkit_name(*(int(x) for x in minor.split(".")))
         for rel in releases:
             pkgs.append(
                 Package(
@@ -268,7 +270,7 @@ def _cudnn_packages() -> list[Package]:
     for major, versions in CUDNN.items():
         other = 13 if major == 12 else 12
         for v in versions:
-            lib, dev = f"libcudnn9-cuda-{major}", f"libcudnn9-dev-cuda-{major}"
+            lib, dev = naming.cudnn_names(9, major)
             meta = {"cudnn": v, "cuda_major": str(major)}
             pkgs += [
                 Package(
@@ -277,7 +279,7 @@ def _cudnn_packages() -> list[Package]:
                     "cudnn",
                     meta=meta,
                     description="cuDNN runtime libraries",
-                    conflicts=(f"libcudnn9-cuda-{other}",),
+                    conflicts=(naming.cudnn_names(9, other)[0],),
                 ),
                 Package(
                     dev,
@@ -286,7 +288,7 @@ def _cudnn_packages() -> list[Package]:
                     meta=meta,
                     description="cuDNN development headers",
                     depends=(f"{lib} (= {v}-1)",),
-                    conflicts=(f"libcudnn9-dev-cuda-{other}",),
+                    conflicts=(naming.cudnn_names(9, other)[1],),
                 ),
             ]
     return pkgs
