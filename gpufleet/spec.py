@@ -27,13 +27,14 @@ Validation errors name the stack file, the key path (``gpufleet:pools[1].gpu``),
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet import REPO_ROOT
 from gpufleet.errors import ConfigError, ConfigProblem
+from gpufleet.module_utils.power_limit import canonical_power_limit
 
 NAMESPACE = "gpufleet"
 STACKS_DIR = REPO_ROOT / "stacks"
@@ -62,6 +63,10 @@ class Host(_Strict):
     user: str | None = None
 
 
+#: A power limit as the stack file may write it; the same grammar the lock rules, role and module read.
+PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
+
+
 class NodePool(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
     role: Literal["system", "gpu"]
@@ -76,8 +81,9 @@ class NodePool(_Strict):
     fabric: Literal["infiniband", "roce", "efa", "none"] = "none"
     #: Who installs the NVIDIA stack on these hosts: our Ansible roles or the GPU Operator's containers.
     host_management: Literal["ansible", "operator"] = "ansible"
-    #: Power limit for every GPU of the pool: watts ("700"), "default", "max" or "<n>%" of default.
-    power_limit: str | None = None
+    #: Power limit for every GPU of the pool, in the one power-limit grammar (gpufleet.module_utils.power_limit),
+    #: stored in its canonical text (700 -> "700").
+    power_limit: PowerLimitText | None = None
     hosts: list[Host] = Field(default_factory=list)
 
     @model_validator(mode="after")

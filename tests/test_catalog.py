@@ -114,8 +114,8 @@ def test_fixture_backed_gates_pass_on_their_own_captures() -> None:
 
 
 @pytest.mark.parametrize(("value", "watts"), [("default", 700), ("max", 700), ("min", 200), ("90%", 630),
-                                              ("650", 650), ("650W", 650)])
-def test_power_limit_values(value: str, watts: int) -> None:
+                                              ("650", 650), (650, 650)])
+def test_power_limit_values(value: str | int, watts: int) -> None:
     assert get_gpu("h100-sxm5-80gb").resolve_power_limit(value) == watts
 
 
@@ -123,11 +123,11 @@ def test_power_limit_errors() -> None:
     g = get_gpu("h100-sxm5-80gb")
     with pytest.raises(ValueError) as e:
         g.resolve_power_limit("800")
-    assert str(e.value) == "power limit 800 W is outside NVIDIA H100 80GB HBM3's range 200-700 W"
+    assert str(e.value) == "power limit '800' = 800 W is outside NVIDIA H100 80GB HBM3's range 200-700 W"
     with pytest.raises(ValueError) as e:
         g.resolve_power_limit("lots")
-    assert str(e.value) == ("power limit 'lots' is not watts, 'default', 'max', 'min' "
-                            "or a percentage of default")
+    assert str(e.value) == ("power limit 'lots' is not whole watts (700), a whole percentage of the default "
+                            "limit (90%), 'default', 'min' or 'max'")
 
 
 def test_unknown_gpu() -> None:

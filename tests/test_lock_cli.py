@@ -50,7 +50,7 @@ def test_check_invalid_stack_exits_1_listing_every_problem(tmp_path: Path) -> No
         f"equal "
         "driver 570.133.20. Fix: set versions.fabric_manager to 570.133.20 or remove the override")
     assert lines[2].startswith(
-        f"- {path}: gpufleet:pools[0].power_limit = '900': power limit 900 W is outside")
+        f"- {path}: gpufleet:pools[0].power_limit = '900': power limit '900' = 900 W is outside")
 
 
 def test_show_table_marks_overrides(tmp_path: Path) -> None:

@@ -275,15 +275,13 @@ def test_operator_managed_pools() -> None:
 
 def test_power_limit_outside_catalog_range() -> None:
     assert one(spec(power_limit="800")) == (
-        "stacks/Pulumi.t.yaml: gpufleet:pools[1].power_limit = '800': power limit 800 W is outside NVIDIA "
-        "H100 "
-        "80GB HBM3's range 200-700 W. Fix: set power_limit between 200 and 700 (watts), 'default' (700 W), "
-        "'max' "
-        "or a percentage of default")
+        "stacks/Pulumi.t.yaml: gpufleet:pools[1].power_limit = '800': power limit '800' = 800 W is outside "
+        "NVIDIA H100 80GB HBM3's range 200-700 W. Fix: set power_limit within 200-700 W (default 700 W): whole "
+        "watts (700), a whole percentage of the default limit (90%), 'default', 'min' or 'max'")
 
 
 def test_power_limit_percentage_below_min() -> None:
-    assert "power limit 29 W is outside NVIDIA L4's range 40-72 W" in one(spec(gpu="l4", power_limit="40%"))
+    assert "power limit '40%' = 29 W is outside NVIDIA L4's range 40-72 W" in one(spec(gpu="l4", power_limit="40%"))
 
 
 def test_unknown_gpu_model_in_pool() -> None:

@@ -20,7 +20,8 @@ EXPECTED: dict[str, tuple[str, str | None, int, dict[str, object]]] = {
         "persistence_mode": False, "pcie_gen_max": 4, "utilization_gpu_pct": None}),
     "a100-sxm4-80gb_driver535.54.03_mig-enabled_telegraf.xml": ("535.54.03", "12.2", 1, {
         "uuid": "GPU-513536b6-7d19-9063-b049-1e69664bb298", "serial": "1650522003820",
-        "vbios": "92.00.36.00.02", "power_limit_w": 500.0, "power_min_w": 100.0, "power_draw_w": 67.03,
+        "vbios": "92.00.36.00.02", "power_limit_w": 500.0, "power_limit_enforced_w": 500.0, "power_min_w": 100.0,
+        "power_draw_w": 67.03, "app_clocks_graphics_mhz": 1275, "app_clocks_memory_mhz": 1593,
         "ecc_dbe_volatile": 0, "mig_mode": "Enabled", "temperature_c": 27.0, "throttle_reasons": []}),
     "a10g_driver515.105.01_telegraf.xml": ("515.105.01", "11.7", 1, {
         "name": "NVIDIA A10G", "pci_bus_id": "00000000:00:1E.0", "power_limit_w": 300.0,
@@ -40,7 +41,8 @@ EXPECTED: dict[str, tuple[str, str | None, int, dict[str, object]]] = {
         "name": "NVIDIA RTX A5000 Laptop GPU", "power_min_w": 1.0, "power_draw_w": 30.63,
         "pcie_width_current": 8, "temperature_c": 61.0}),
     "tesla-k80_x4_driver430.26_cuda-not-found_pai.xml": ("430.26", None, 4, {
-        "name": "Tesla K80", "power_limit_w": 149.0, "power_max_w": 175.0, "ecc_dbe_volatile": 0,
+        "name": "Tesla K80", "power_limit_w": 149.0, "power_limit_enforced_w": 149.0, "power_max_w": 175.0,
+        "app_clocks_graphics_mhz": 562, "app_clocks_memory_mhz": 2505, "ecc_dbe_volatile": 0,
         "ecc_dbe_aggregate": 7, "retired_pages_pending": False, "remapped_rows": None, "mig_mode": None,
         "throttle_reasons": ["applications_clocks_setting"], "utilization_gpu_pct": 99.0}),
     "tesla-t4_driver515.105.01_telegraf.xml": ("515.105.01", "11.7", 1, {
@@ -49,10 +51,11 @@ EXPECTED: dict[str, tuple[str, str | None, int, dict[str, object]]] = {
 }
 
 KEYS = ["index", "name", "uuid", "pci_bus_id", "serial", "vbios", "persistence_mode", "mig_mode",
-        "power_limit_w", "power_default_w", "power_min_w", "power_max_w", "power_draw_w", "ecc_mode",
+        "power_limit_w", "power_limit_enforced_w", "power_default_w", "power_min_w", "power_max_w", "power_draw_w",
+        "ecc_mode",
         "ecc_dbe_volatile", "ecc_dbe_aggregate", "remapped_rows", "retired_pages_pending",
         "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "temperature_c",
-        "throttle_reasons", "utilization_gpu_pct"]
+        "throttle_reasons", "utilization_gpu_pct", "app_clocks_graphics_mhz", "app_clocks_memory_mhz"]
 
 
 @needs_shared
@@ -118,12 +121,22 @@ def test_failed_remap_and_pending_retirement_and_active_slowdown() -> None:
     assert gpu.throttle_reasons is not None and gpu.ecc_dbe_aggregate is None
 
 
-def test_old_power_readings_prefers_enforced_limit() -> None:
-    gpu = parse_smi_xml(_doc(
-        "<power_readings><power_draw>300.50 W</power_draw><power_limit>400.00 W</power_limit>"
-        "<enforced_power_limit>350.00 W</enforced_power_limit></power_readings>"
-    )).gpus[0]
-    assert (gpu.power_limit_w, gpu.power_draw_w) == (350.0, 300.5)
+@pytest.mark.parametrize(("readings", "software", "enforced"), [
+    # v10/v11: power_limit is NVML's management limit (what -pl sets), enforced_power_limit the one in force.
+    ("<power_readings><power_draw>300.50 W</power_draw><power_limit>400.00 W</power_limit>"
+     "<enforced_power_limit>350.00 W</enforced_power_limit></power_readings>", 400.0, 350.0),
+    # v12+: requested_power_limit is what -pl sets; current_power_limit the one in force, lower here because
+    # the platform caps the board.
+    ("<gpu_power_readings><power_draw>300.50 W</power_draw><current_power_limit>350.00 W</current_power_limit>"
+     "<requested_power_limit>400.00 W</requested_power_limit></gpu_power_readings>", 400.0, 350.0),
+    # Never one for the other: an absent software limit stays None.
+    ("<gpu_power_readings><power_draw>300.50 W</power_draw><current_power_limit>350.00 W</current_power_limit>"
+     "<requested_power_limit>N/A</requested_power_limit></gpu_power_readings>", None, 350.0),
+])
+def test_software_and_enforced_power_limits_are_separate(readings: str, software: float | None,
+                                                         enforced: float) -> None:
+    gpu = parse_smi_xml(_doc(readings)).gpus[0]
+    assert (gpu.power_limit_w, gpu.power_limit_enforced_w, gpu.power_draw_w) == (software, enforced, 300.5)
 
 
 @pytest.mark.parametrize(

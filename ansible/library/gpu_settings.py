@@ -22,7 +22,9 @@ options:
     type: bool
   power_limit:
     description:
-      - Desired power limit. Watts (V(700)), V(default), V(max), or a percentage of the default (V(90%)).
+      - Desired software power limit (what C(nvidia-smi -pl) sets), in gpufleet's one power-limit grammar
+        (gpufleet/module_utils/power_limit.py) - whole watts (V(700)), a whole percentage of the GPU's default
+        limit (V(90%)), V(default), V(min) or V(max). Fractions, units and other spellings are refused.
       - Omit to leave it alone.
     type: str
   application_clocks:
@@ -66,122 +68,64 @@ driver_version:
   type: str
 """
 
-import re
-import xml.etree.ElementTree as ET
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-_NUM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)")
+from ansible.module_utils.gpufleet_power_limit import PowerLimitError, parse_power_limit
+from ansible.module_utils.gpufleet_smi_xml import GpuInfo, SmiXmlError, parse_smi_xml
+
+#: Reported key -> the GpuInfo field of gpufleet's nvidia-smi XML parser it shows (drift reads these keys).
+MANAGED = {
+    "persistence_mode": "persistence_mode",
+    "power_limit_w": "power_limit_w",
+    "clocks_memory_mhz": "app_clocks_memory_mhz",
+    "clocks_graphics_mhz": "app_clocks_graphics_mhz",
+}
 
 
-def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    m = _NUM.match(text)
-    return float(m.group(1)) if m else None
+def target_power(request: str, gpu: GpuInfo) -> float:
+    """Watts of a power limit request on this GPU, in the range it reports; ValueError with the reason otherwise."""
+    return parse_power_limit(request).watts(
+        default=gpu.power_default_w, minimum=gpu.power_min_w, maximum=gpu.power_max_w,
+        where=f"GPU {gpu.index} ({gpu.pci_bus_id})")
 
 
-def _first(gpu: ET.Element, *paths: str) -> str | None:
-    for path in paths:
-        el = gpu.find(path)
-        if el is not None and el.text is not None:
-            return el.text.strip()
-    return None
-
-
-def parse_state(xml_text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """The fields this module manages, per GPU, from ``nvidia-smi -q -x`` of any DTD version (v10..v13)."""
-    root = ET.fromstring(xml_text)
-    driver = root.findtext("driver_version")
-    gpus = []
-    for pos, gpu in enumerate(root.findall("gpu")):
-        # Newer DTDs: gpu_power_readings/current_power_limit; older: power_readings/power_limit.
-        def power(field: str, *, gpu: ET.Element = gpu) -> float | None:
-            return _number(_first(gpu, f"gpu_power_readings/{field}", f"power_readings/{field}"))
-
-        minor = _number(gpu.findtext("minor_number"))
-        gpus.append({
-            "index": int(minor) if minor is not None else pos,
-            "uuid": (gpu.findtext("uuid") or "").strip(),
-            "pci_bus_id": gpu.get("id", ""),
-            "name": (gpu.findtext("product_name") or "").strip(),
-            "persistence_mode": (gpu.findtext("persistence_mode") or "").strip() == "Enabled",
-            "power_limit_w": power("current_power_limit") or power("power_limit"),
-            "power_default_w": power("default_power_limit"),
-            "power_min_w": power("min_power_limit"),
-            "power_max_w": power("max_power_limit"),
-            "clocks_graphics_mhz": _number(_first(gpu, "applications_clocks/graphics_clock")),
-            "clocks_memory_mhz": _number(_first(gpu, "applications_clocks/mem_clock")),
-        })
-    return driver, gpus
-
-
-def target_power(request: str, gpu: dict[str, Any]) -> float:
-    """Watts for a request of ``700``, ``default``, ``max`` or ``90%``; ValueError with the reason otherwise."""
-    req = request.strip().lower()
-    default, lo, hi = gpu["power_default_w"], gpu["power_min_w"], gpu["power_max_w"]
-    where = f"GPU {gpu['index']} ({gpu['pci_bus_id']})"
-    if req == "default":
-        if default is None:
-            raise ValueError(f"{where} reports no default power limit")
-        watts = float(default)
-    elif req == "max":
-        if hi is None:
-            raise ValueError(f"{where} reports no maximum power limit")
-        watts = float(hi)
-    elif req.endswith("%"):
-        pct = _number(req[:-1])
-        if pct is None or default is None:
-            raise ValueError(f"power_limit {request!r} needs a number before % and a default limit on {where}")
-        watts = round(float(default) * pct / 100.0, 2)
-    else:
-        parsed = _number(req)
-        if parsed is None or not re.fullmatch(r"[0-9]+(\.[0-9]+)?\s*w?", req):
-            raise ValueError(f"power_limit {request!r} is not watts, 'default', 'max' or a percentage such as '90%'")
-        watts = parsed
-    if lo is not None and hi is not None and not (lo <= watts <= hi):
-        raise ValueError(
-            f"power_limit {request!r} = {watts:.2f} W is outside {where}'s range {lo:.2f}-{hi:.2f} W: "
-            f"choose a value in that range"
-        )
-    return watts
-
-
-def select(gpus: list[dict[str, Any]], wanted: list[str]) -> list[dict[str, Any]]:
+def select(gpus: list[GpuInfo], wanted: list[str]) -> list[GpuInfo]:
     if not wanted:
         return gpus
-    chosen = []
+    chosen: list[GpuInfo] = []
     for w in wanted:
-        match = [g for g in gpus if str(g["index"]) == str(w) or g["uuid"] == w]
+        match = [g for g in gpus if str(g.index) == str(w) or g.uuid == w]
         if not match:
-            raise ValueError(f"no GPU with index or UUID {w!r} (present: {[g['index'] for g in gpus]})")
+            raise ValueError(f"no GPU with index or UUID {w!r} (present: {[g.index for g in gpus]})")
         chosen.extend(m for m in match if m not in chosen)
     return chosen
 
 
-def plan(gpus: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
+def plan(gpus: list[GpuInfo], params: dict[str, Any]) -> list[dict[str, Any]]:
     """Per selected GPU: desired values that differ from the current ones. Raises ValueError before any change."""
     out = []
     for gpu in select(gpus, params.get("gpus") or []):
         want: dict[str, Any] = {}
-        if params.get("persistence_mode") is not None and gpu["persistence_mode"] != params["persistence_mode"]:
+        if params.get("persistence_mode") is not None and gpu.persistence_mode != params["persistence_mode"]:
             want["persistence_mode"] = bool(params["persistence_mode"])
         if params.get("power_limit"):
             watts = target_power(str(params["power_limit"]), gpu)
-            if gpu["power_limit_w"] is None or abs(gpu["power_limit_w"] - watts) > 0.5:
+            # The software limit (what -pl sets), not the enforced one a platform cap may hold lower.
+            if gpu.power_limit_w is None or abs(gpu.power_limit_w - watts) > 0.5:
                 want["power_limit_w"] = watts
         clocks = params.get("application_clocks")
         if clocks:
             mem, gfx = int(clocks["memory"]), int(clocks["graphics"])
-            if (gpu["clocks_memory_mhz"], gpu["clocks_graphics_mhz"]) != (mem, gfx):
+            if (gpu.app_clocks_memory_mhz, gpu.app_clocks_graphics_mhz) != (mem, gfx):
                 want["clocks_memory_mhz"], want["clocks_graphics_mhz"] = mem, gfx
         out.append({"gpu": gpu, "want": want})
     return out
 
 
-def _view(gpu: dict[str, Any]) -> dict[str, Any]:
-    return {k: gpu[k] for k in ("persistence_mode", "power_limit_w", "clocks_memory_mhz", "clocks_graphics_mhz")}
+def _view(gpu: GpuInfo) -> dict[str, Any]:
+    return {key: getattr(gpu, field) for key, field in MANAGED.items()}
 
 
 def main() -> None:
@@ -197,21 +141,25 @@ def main() -> None:
     )
     smi = module.get_bin_path(module.params["nvidia_smi"], required=True)
 
-    def read() -> tuple[str | None, list[dict[str, Any]]]:
+    def read() -> tuple[str | None, list[GpuInfo]]:
         rc, out, err = module.run_command([smi, "-q", "-x"])
         if rc != 0:
             module.fail_json(msg=f"nvidia-smi -q -x failed with exit {rc}: {(out + err).strip()}", rc=rc)
-        return parse_state(out)
+        try:
+            report = parse_smi_xml(out)
+        except SmiXmlError as e:
+            module.fail_json(msg=f"nvidia-smi -q -x: {e}")
+        return report.driver_version, report.gpus
 
     driver, gpus = read()
     try:
         steps = plan(gpus, module.params)
-    except ValueError as e:
+    except (PowerLimitError, ValueError) as e:
         module.fail_json(msg=str(e), gpus=[_view(g) for g in gpus])
     changed = any(s["want"] for s in steps)
     if changed and not module.check_mode:
         for s in steps:
-            idx, want = str(s["gpu"]["index"]), s["want"]
+            idx, want = str(s["gpu"].index), s["want"]
             cmds = []
             if "persistence_mode" in want:
                 cmds.append([smi, "-i", idx, "-pm", "1" if want["persistence_mode"] else "0"])
@@ -224,12 +172,12 @@ def main() -> None:
                 if rc != 0:
                     module.fail_json(msg=f"{' '.join(cmd)} failed with exit {rc}: {(out + err).strip()}", rc=rc)
         driver, gpus = read()
-    after = {g["index"]: g for g in gpus}
+    after = {g.index: g for g in gpus}
     result = []
     for s in steps:
         g = s["gpu"]
-        new = dict(_view(g), **s["want"]) if module.check_mode else _view(after[g["index"]])
-        result.append({"index": g["index"], "uuid": g["uuid"], "pci_bus_id": g["pci_bus_id"],
+        new = dict(_view(g), **s["want"]) if module.check_mode else _view(after[g.index])
+        result.append({"index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
                        "before": _view(g), "after": new, "changes": sorted(s["want"])})
     diff = {
         "before": "".join(f"GPU{r['index']}: {r['before']}\n" for r in result if r["changes"]),

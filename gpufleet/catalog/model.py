@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.module_utils.power_limit import parse_power_limit
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,29 +64,11 @@ class GpuModel(_Frozen):
                 return g
         return None
 
-    def resolve_power_limit(self, value: str) -> int:
-        """Watts for a pool's ``power_limit`` ("700", "default", "max", "min", "90%" of default).
+    def resolve_power_limit(self, value: str | int) -> int:
+        """Watts of a pool's ``power_limit`` on this model (grammar: gpufleet.module_utils.power_limit).
 
-        Raises ValueError with the allowed range when the value is malformed or out of range.
+        Raises PowerLimitError (a ValueError) when the value does not parse or is outside the model's range.
         """
-        v = value.strip().lower()
-        if v == "default":
-            watts = self.power_default_w
-        elif v == "max":
-            watts = self.power_max_w
-        elif v == "min":
-            watts = self.power_min_w
-        elif v.endswith("%") and v[:-1].isdigit():
-            watts = round(self.power_default_w * int(v[:-1]) / 100)
-        elif v.removesuffix("w").isdigit():
-            watts = int(v.removesuffix("w"))
-        else:
-            raise ValueError(
-                f"power limit {value!r} is not watts, 'default', 'max', 'min' or a percentage of default"
-            )
-        if not self.power_min_w <= watts <= self.power_max_w:
-            raise ValueError(
-                f"power limit {watts} W is outside {self.name}'s range "
-                f"{self.power_min_w}-{self.power_max_w} W"
-            )
-        return watts
+        watts = parse_power_limit(value).watts(default=self.power_default_w, minimum=self.power_min_w,
+                                               maximum=self.power_max_w, where=self.name)
+        return int(watts)

@@ -21,6 +21,8 @@ from gpufleet.lock.versions import (
     nccl_cuda_build,
     vtuple,
 )
+from gpufleet.module_utils.power_limit import GRAMMAR as POWER_LIMIT_GRAMMAR
+from gpufleet.module_utils.power_limit import PowerLimitError
 from gpufleet.spec import ClusterSpec, NodePool
 
 
@@ -258,11 +260,11 @@ def rule_pool_gpus_and_power(c: RuleContext) -> list[ConfigProblem]:
             continue
         try:
             gpu.resolve_power_limit(pool.power_limit)
-        except ValueError as e:
+        except PowerLimitError as e:
             out.append(c.pool_problem(
                 i, pool, "power_limit", pool.power_limit, str(e),
-                f"set {c.pool_setting('power_limit')} between {gpu.power_min_w} and {gpu.power_max_w} (watts), "
-                f"'default' ({gpu.power_default_w} W), 'max' or a percentage of default"))
+                f"set {c.pool_setting('power_limit')} within {gpu.power_min_w}-{gpu.power_max_w} W (default "
+                f"{gpu.power_default_w} W): {POWER_LIMIT_GRAMMAR}"))
     return out
 
 

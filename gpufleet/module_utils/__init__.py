@@ -2,5 +2,5 @@
 
 ``ansible/module_utils/gpufleet_<name>.py`` links to ``<name>.py`` here (``module_utils`` in ansible/ansible.cfg),
 so the modules and the Python package run one copy. Each file imports only the standard library (a module's
-payload carries nothing else) and never imports a sibling.
+payload carries nothing else; tests/test_module_utils.py checks it) and never imports a sibling.
 """
