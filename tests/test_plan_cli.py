@@ -48,6 +48,7 @@ def test_plan_json_onprem() -> None:
     assert hosts["all"]["children"]["pool_h100-a"]["hosts"]["gpu-a-1"]["ansible_host"] == "192.0.2.21"
     assert sorted(data["inventory"]) == [
         "group_vars/all/cluster.yml",
+        "group_vars/all/lock_digest.yml",
         "group_vars/all/versions.yml",
         "group_vars/pool_h100-a/gpu_settings.yml",
         "group_vars/pool_h100-a/kubelet.yml",

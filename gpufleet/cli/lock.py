@@ -1,8 +1,9 @@
-"""``gpufleet lock``: show the resolved version lock of a stack and check its rules."""
+"""``gpufleet lock``: show the resolved version lock of a stack, check its rules, render it into the inventory."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.errors import ConfigError
-from gpufleet.lock import VERSION_KEYS, Lock, load_lock
+from gpufleet.inventory import inventory_dir
+from gpufleet.lock import VERSION_KEYS, Lock, load_lock, write_group_vars
+from gpufleet.lock.digest import DIGEST_FILE
 from gpufleet.lock.model import FOLLOW_DRIVER
 from gpufleet.spec import ClusterSpec
 
@@ -72,3 +75,19 @@ def check(stack: StackOpt) -> None:
     spec, lock = _load(stack, console)
     console.print(f"lock of stack {spec.stack} is valid (profile {lock.profile}, driver {lock.driver}, "
                   f"CUDA {lock.cuda})", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def render(stack: StackOpt,
+           inventory: Annotated[Path | None, typer.Option(
+               "--inventory", help="Inventory directory (default inventories/<stack>)")] = None) -> None:
+    """Check the rules, then write the lock's variables and their digest into the stack's inventory.
+
+    The fix that ansible/playbooks/lock_check.yml names when an inventory's lock variables were edited by hand.
+    """
+    console = Console()
+    spec, lock = _load(stack, console)
+    out = inventory if inventory is not None else inventory_dir(spec.stack)
+    path = write_group_vars(lock, out)
+    console.print(f"lock of stack {spec.stack} is valid (profile {lock.profile}); wrote {path} and "
+                  f"{out / DIGEST_FILE}", markup=False, highlight=False, soft_wrap=True)

@@ -10,14 +10,14 @@ from typing import Any
 
 import yaml
 
+from gpufleet.lock.digest import write_lock_digest
 from gpufleet.lock.model import Lock
 
 GPU_OPERATOR_CHART = "gpu-operator"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
 
 
-#: Lock entry -> the role variable it is rendered to. gpufleet.lock.ansible_check reads the same names back,
-#: so the rules checked on an inventory are the ones checked on the stack.
+#: Lock entry -> the role variable it is rendered to.
 ENTRY_VARS: dict[str, str] = {
     "driver": "nvidia_driver_version",
     "kernel_module": "nvidia_driver_kernel_module",
@@ -71,7 +71,7 @@ def render_ansible_vars(lock: Lock) -> dict[str, Any]:
 
 
 def write_group_vars(lock: Lock, inventory_dir: Path) -> Path:
-    """Write ``<inventory_dir>/group_vars/all/versions.yml``; returns its path."""
+    """Write ``<inventory_dir>/group_vars/all/versions.yml`` and the lock digest next to it; returns its path."""
     path = inventory_dir / "group_vars" / "all" / "versions.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (
@@ -79,8 +79,10 @@ def write_group_vars(lock: Lock, inventory_dir: Path) -> Path:
         f"# Stack: {lock.stack or '-'}, profile: {lock.profile}.\n"
         "# Change gpufleet:lock in the stack file; `gpufleet lock show --stack <stack>` prints the result.\n"
     )
-    body = yaml.safe_dump(render_ansible_vars(lock), sort_keys=False, default_flow_style=False)
+    rendered = render_ansible_vars(lock)
+    body = yaml.safe_dump(rendered, sort_keys=False, default_flow_style=False)
     path.write_text(header + "---\n" + body)
+    write_lock_digest(rendered, lock.stack, inventory_dir)
     return path
 
 

@@ -30,8 +30,8 @@ class RuleContext:
     """What every rule needs: the lock, the stack, where a value came from (override or profile).
 
     The naming methods (file_of, key, setting, pool_problem, ...) say where a value lives and what to
-    change; this base class names stack-file keys. gpufleet.lock.ansible_check subclasses it to name
-    inventory files and Ansible variables instead, so both paths share every rule and message.
+    change, naming stack-file keys. The rules run only here, once per command (gpufleet.lock.resolve);
+    Ansible runs check the lock digest of what was rendered from a checked lock (gpufleet.lock.digest).
     """
 
     def __init__(self, spec: ClusterSpec, lock: Lock, file: str, overridden: set[str] | None = None) -> None:
