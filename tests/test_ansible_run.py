@@ -15,7 +15,6 @@ from gpufleet.ansible_run import (
     ANSIBLE_CFG,
     RunResult,
     TaskResult,
-    TaskTags,
     build_result,
     changes_by_host,
     run_playbook,
@@ -26,18 +25,16 @@ from gpufleet.ansible_run.events import ResultBuilder
 from gpufleet.ansible_run.recording import read_events, scrub_events
 from gpufleet.ansible_run.results import MAX_RES_STRING, trim_res
 from gpufleet.ansible_run.runner import cmdline_args, runner_env
-from gpufleet.ansible_run.tags import tags_by_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runner_events"
 
 
-def load(name: str, *, tags: bool = True, drop_stats: bool = False) -> RunResult:
+def load(name: str, *, drop_stats: bool = False) -> RunResult:
     events = read_events(FIXTURES / f"{name}.jsonl")
     if drop_stats:
         events = [e for e in events if e["event"] != "playbook_on_stats"]
     meta = json.loads((FIXTURES / f"{name}.meta.json").read_text())
-    lookup = TaskTags({"{fixture_dir}": str(FIXTURES)}) if tags else None
-    return build_result(events, rc=meta["rc"], status=meta["status"], check=meta["check"], tag_lookup=lookup)
+    return build_result(events, rc=meta["rc"], status=meta["status"], check=meta["check"])
 
 
 def task(result: RunResult, host: str, label: str) -> TaskResult:
@@ -172,13 +169,25 @@ def test_skipped_role_play_and_action_fields() -> None:
     assert {t.host for t in result.tasks if t.role == "demo"} == {"node-a"}
 
 
-def test_tags_come_from_the_task_source() -> None:
+def test_tags_come_from_the_events() -> None:
+    # gpufleet's callback (gpufleet_task_tags) put them there, inherited ones included: the demo role is applied
+    # with tags: [demo_role] in site.yml, which its tasks' file never names.
     result = load("run")
     assert task(result, "node-b", "Write the host config").tags == ["config", "network"]
     assert task(result, "node-c", "Check the work directory").tags == ["inspect"]
-    assert task(result, "node-a", "demo : Write the role marker").tags == ["demo"]
+    assert task(result, "node-a", "demo : Write the role marker").tags == ["demo", "demo_role"]
+    assert task(result, "node-a", "demo : Report the role result").tags == ["demo_role"]
     assert task(result, "node-a", "Tune GPU clocks").tags == []
-    assert task(load("run", tags=False), "node-b", "Write the host config").tags == []
+
+
+def test_tags_of_another_task_are_not_taken() -> None:
+    # An event can still carry the previous task's entry (callbacks run after ansible-runner's display).
+    start = {"event": "runner_on_ok", "event_data": {
+        "host": "h", "task": "t2", "task_uuid": "u2", "res": {},
+        "task_tags": {"task_uuid": "u1", "tags": ["config"]}}}
+    assert build_result([start]).tasks[0].tags == []
+    start["event_data"]["task_tags"] = {"task_uuid": "u2", "tags": ["network"]}  # type: ignore[index]
+    assert build_result([start]).tasks[0].tags == ["network"]
 
 
 def test_check_run_reports_what_would_change() -> None:
@@ -321,26 +330,6 @@ def test_trim_res_drops_bulk_and_cuts_long_strings() -> None:
     }
 
 
-def test_tags_by_line_inherits_block_and_play_tags() -> None:
-    text = (
-        "- hosts: all\n"  # 1
-        "  tags: [play]\n"
-        "  tasks:\n"
-        "    - block:\n"  # 4
-        "        - name: inner\n"  # 5
-        "          ansible.builtin.debug: {}\n"
-        "          tags: own, play\n"
-        "      tags: [blk]\n"
-        "    - name: plain\n"  # 9
-        "      ansible.builtin.debug: {}\n"
-    )
-    lines = tags_by_line(text)
-    assert lines[5] == ["play", "blk", "own"]
-    assert lines[9] == ["play"]
-    assert TaskTags()("/nonexistent/file.yml:3") == []
-    assert TaskTags()("no-line-number") == []
-
-
 def _render(renderable: Any, width: int = 140) -> str:
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
     console.print(renderable)
@@ -438,6 +427,10 @@ def test_runner_env_and_cmdline(tmp_path: Path) -> None:
         == str(ANSIBLE_CFG)
     )
     assert (Path(env["PATH"].split(":")[0]) / "ansible-playbook").exists()
+    # The caller's callbacks stay enabled next to gpufleet's.
+    own = runner_env(tmp_path, {"ANSIBLE_CALLBACKS_ENABLED": "profile_tasks", "ANSIBLE_CALLBACK_PLUGINS": "/cb"})
+    assert own["ANSIBLE_CALLBACKS_ENABLED"] == "profile_tasks,gpufleet_task_tags"
+    assert own["ANSIBLE_CALLBACK_PLUGINS"] == f"/cb:{REPO_ROOT / 'gpufleet' / 'ansible_run' / 'callback_plugins'}"
     assert cmdline_args(check=True, diff=True) == "--check --diff"
     assert cmdline_args(check=False, diff=False) == ""
 
@@ -493,13 +486,15 @@ def test_run_playbook_passes_options_and_shows_live_table(
     )  # fmt: skip
     assert kw["extravars"] == {"workdir": "/w"}
     assert kw["envvars"]["ANSIBLE_CONFIG"] == str(ANSIBLE_CFG)
+    assert kw["envvars"]["ANSIBLE_CALLBACKS_ENABLED"] == "gpufleet_task_tags"
+    assert kw["envvars"]["ANSIBLE_CALLBACK_PLUGINS"] == str(REPO_ROOT / "gpufleet" / "ansible_run" / "callback_plugins")
     assert len(seen) == len(fake.events)
     # A temp private data dir is removed again and not reported.
     assert result.artifact_dir is None and not Path(kw["private_data_dir"]).exists()
     assert result.check and result.ok and result.rc == 0
     assert [t.label for t in changes_by_host(result)["node-a"]] == ["Write the host config"]
-    # Tags are looked up from the task paths; the recording holds a placeholder, so none resolve here.
-    assert all(t.tags == [] for t in result.tasks)
+    # Tags come with the (recorded) events.
+    assert task(result, "node-a", "Write the host config").tags == ["config", "network"]
     text = out.getvalue()
     assert "\x1b[" in text  # a terminal gets the rich live table and a coloured summary
     assert "Play recap (check mode)" in text

@@ -57,7 +57,7 @@ def test_real_run_matches_the_recording(tmp_path: Path) -> None:
     }
     assert outline(replayed) == outline(recorded)
     assert result.to_json()["changed"] == recorded.to_json()["changed"]
-    # Tags are read from the real task paths here, without placeholders.
+    # Tags come from the live events (gpufleet's callback plugin), inherited role tags included.
     conf = next(t for t in result.tasks if t.host == "node-a" and t.task == "Write the host config")
     assert conf.tags == ["config", "network"]
     assert (tmp_path / "work" / "node-a.conf").read_text() == "host=node-a\nmtu=9000\n"

@@ -15,7 +15,6 @@ from gpufleet.ansible_run.results import (
     changes_by_host,
 )
 from gpufleet.ansible_run.runner import ANSIBLE_CFG, run_playbook
-from gpufleet.ansible_run.tags import TaskTags
 
 __all__ = [
     "ANSIBLE_CFG",
@@ -24,7 +23,6 @@ __all__ = [
     "ResultBuilder",
     "RunResult",
     "TaskResult",
-    "TaskTags",
     "build_result",
     "changes_by_host",
     "print_summary",

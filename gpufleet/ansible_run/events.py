@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.ansible_run.results import (
@@ -40,7 +40,9 @@ _LOG_EVENTS = frozenset({"verbose", "error", "warning", "deprecated", "system_wa
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOG_TAIL_LINES = 20
 
-TagLookup = Callable[[str], list[str]]
+#: event_data key under which gpufleet's callback (callback_plugins/gpufleet_task_tags.py) puts a task's tags:
+#: ``{"task_uuid": ..., "tags": [...]}``.
+TAGS_KEY = "task_tags"
 
 
 def task_label(event_data: Mapping[str, Any]) -> str:
@@ -90,9 +92,8 @@ def _item_label(res: Mapping[str, Any]) -> str:
 class ResultBuilder:
     """Accumulates events; ``result`` is valid (partial) after every ``add``."""
 
-    def __init__(self, *, check: bool = False, tag_lookup: TagLookup | None = None) -> None:
+    def __init__(self, *, check: bool = False) -> None:
         self.result = RunResult(check=check)
-        self._tag_lookup = tag_lookup
         self._items: dict[tuple[str, str], list[ItemResult]] = {}
         self._log: deque[str] = deque(maxlen=LOG_TAIL_LINES)
 
@@ -153,7 +154,12 @@ class ResultBuilder:
         else:
             status, changed = "unreachable", False
         task_path = data.get("task_path")
-        tags = self._tag_lookup(task_path) if self._tag_lookup and isinstance(task_path, str) else []
+        tagged = data.get(TAGS_KEY)
+        tags: list[str] = []
+        # Only the entry of this very task (an event can still carry the previous task's, see the callback).
+        if (isinstance(tagged, Mapping) and tagged.get("task_uuid") == data.get("task_uuid")
+                and isinstance(tagged.get("tags"), list)):
+            tags = [str(t) for t in tagged["tags"]]
         task = TaskResult(
             host=host,
             play=str(data.get("play") or ""),
@@ -232,15 +238,14 @@ def build_result(
     rc: int = -1,
     status: str = "unknown",
     check: bool = False,
-    tag_lookup: TagLookup | None = None,
 ) -> RunResult:
     """RunResult from a stream of ansible-runner events (live or recorded).
 
     ``rc``/``status`` come from the runner, not from events; left at their defaults the result is
-    never ``ok``. ``tag_lookup`` maps an event's ``task_path`` to the task's tags (events do not
-    carry tags); see ``gpufleet.ansible_run.tags.TaskTags``.
+    never ``ok``. A task's tags come from its events' ``task_tags`` (added by gpufleet's callback plugin,
+    gpufleet/ansible_run/callback_plugins/gpufleet_task_tags.py); events without them give no tags.
     """
-    builder = ResultBuilder(check=check, tag_lookup=tag_lookup)
+    builder = ResultBuilder(check=check)
     for event in events:
         builder.add(event)
     builder.result.rc = rc

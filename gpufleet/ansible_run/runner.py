@@ -20,9 +20,11 @@ from gpufleet import REPO_ROOT
 from gpufleet.ansible_run.display import plain_line, print_summary, progress_table
 from gpufleet.ansible_run.events import ResultBuilder
 from gpufleet.ansible_run.results import RunResult
-from gpufleet.ansible_run.tags import TaskTags
 
 ANSIBLE_CFG = REPO_ROOT / "ansible" / "ansible.cfg"
+#: Callbacks gpufleet adds to every run: gpufleet_task_tags puts each task's tags into its events.
+CALLBACK_DIR = Path(__file__).resolve().parent / "callback_plugins"
+CALLBACKS = ("gpufleet_task_tags",)
 
 EventSink = Callable[[Mapping[str, Any]], None]
 
@@ -43,7 +45,14 @@ def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None) -> dic
         # Default local temp is ~/.ansible/tmp; keep it with the run so nothing leaks into $HOME.
         "ANSIBLE_LOCAL_TEMP": str(private_data_dir / "tmp"),
     }
-    env.update({k: str(v) for k, v in (envvars or {}).items()})
+    given = {k: str(v) for k, v in (envvars or {}).items()}
+    # ansible-runner appends its own display callback's folder to ANSIBLE_CALLBACK_PLUGINS; the caller's
+    # callback folders and enabled callbacks are kept next to ours.
+    env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(
+        p for p in (given.pop("ANSIBLE_CALLBACK_PLUGINS", ""), str(CALLBACK_DIR)) if p)
+    env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(
+        c for c in (given.pop("ANSIBLE_CALLBACKS_ENABLED", ""), *CALLBACKS) if c)
+    env.update(given)
     return env
 
 
@@ -97,7 +106,7 @@ def run_playbook(
     if not inventory.exists():
         raise FileNotFoundError(f"inventory not found: {inventory}")
     console = console or Console()
-    builder = ResultBuilder(check=check, tag_lookup=TaskTags())
+    builder = ResultBuilder(check=check)
     lock = threading.Lock()
     plain = live and not console.is_terminal
 
