@@ -26,14 +26,19 @@ Validation errors name the stack file, the key path (``gpufleet:pools[1].gpu``),
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from gpufleet import REPO_ROOT
-from gpufleet.errors import ConfigError, ConfigProblem
+from gpufleet.errors import REDACTED, ConfigError, ConfigProblem
+from gpufleet.inputs import load_yaml
 from gpufleet.module_utils.power_limit import canonical_power_limit
 
 NAMESPACE = "gpufleet"
@@ -42,25 +47,135 @@ STACKS_DIR = REPO_ROOT / "stacks"
 #: Taint every GPU node carries so that only pods that tolerate it land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
 
+# Grammars of the values a stack gives. Each is matched in full (re.fullmatch: "$" would accept a trailing
+# newline), so a value that passes cannot hold a line break, a shell word separator or a Jinja template.
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+#: RFC 1123 host name (lower case, as Kubernetes node names): dot-separated labels, 253 characters at most.
+HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+#: DNS-1123 label (Kubernetes namespaces, pool, cluster and stack names).
+DNS_LABEL = re.compile(_LABEL)
+#: Stack names: a DNS-1123 label (the stack's inventory directory and Pulumi stack are named after it).
+STACK_NAME = DNS_LABEL
+#: Lustre file system name: 1-8 letters, digits, "_" or "-" (mkfs.lustre --fsname; it prefixes target labels).
+LUSTRE_FSNAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
+#: Lustre NID: address@network, e.g. 10.0.0.5@o2ib, 10.0.0.5@tcp0, fs-0123.fsx.aws@tcp.
+LUSTRE_NID = re.compile(r"[A-Za-z0-9.:-]{1,253}@[a-z][a-z0-9]*")
+#: Login name on the hosts (POSIX portable user name, as useradd accepts it).
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+#: Docker container names (sandbox hosts reached with connection: docker).
+CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
+#: Absolute path of plain path characters (no spaces, quotes or line breaks).
+ABS_PATH = re.compile(r"/[A-Za-z0-9._/-]{0,4095}")
+#: NCCL_SOCKET_IFNAME / NCCL_IB_HCA lists: optional ^ (exclude) or = (exact), names, optional :port.
+NCCL_IF_LIST = re.compile(r"[=^]?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*")
+#: Cloud instance types and simulated board names.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: Kubernetes label key (optional DNS-subdomain prefix, then a name of 63 characters at most).
+LABEL_KEY = re.compile(rf"({_LABEL}(\.{_LABEL})*/)?[A-Za-z0-9]([A-Za-z0-9_.-]{{0,61}}[A-Za-z0-9])?")
+#: Kubernetes label value (empty, or 63 characters at most).
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
+#: Namespaces a workload namespace must not be: Kubernetes' own (default-deny there breaks the cluster).
+RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "default")
+
+
+def _grammar(pattern: re.Pattern[str], what: str, example: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if pattern.fullmatch(value) is None:
+            raise PydanticCustomError("grammar", "not {what}", {"what": what, "example": example})
+        return value
+    check.grammar = f"{what}: `{pattern.pattern}`"  # type: ignore[attr-defined]  # read by gpufleet.stackdoc
+    return check
+
+
+def _address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if HOSTNAME.fullmatch(value.lower()) is None:
+        raise PydanticCustomError("grammar", "not {what}",
+                                  {"what": "an IP address or a DNS name", "example": "192.0.2.10"})
+    return value
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise PydanticCustomError("grammar", "not {what}",
+                                  {"what": "a CIDR network", "example": "192.0.2.0/24"}) from None
+    return value
+
+
+def _namespace(value: str) -> str:
+    _grammar(DNS_LABEL, "a DNS-1123 label (a Kubernetes namespace)", "training")(value)
+    if value in RESERVED_NAMESPACES or value.startswith("kube-"):
+        raise PydanticCustomError(
+            "reserved", "{value} is a Kubernetes system namespace: default-deny NetworkPolicies there break "
+            "the cluster", {"value": value, "example": "training"})
+    return value
+
+
+_address.grammar = "an IP address or an RFC 1123 DNS name"  # type: ignore[attr-defined]
+_cidr.grammar = "a CIDR network"  # type: ignore[attr-defined]
+_namespace.grammar = (f"a DNS-1123 label, not {', '.join(RESERVED_NAMESPACES)} "  # type: ignore[attr-defined]
+                      "nor kube-*")
+
+HostName = Annotated[str, AfterValidator(_grammar(HOSTNAME, "an RFC 1123 host name", "gpu-a-0"))]
+Address = Annotated[str, AfterValidator(_address)]
+UserName = Annotated[str, AfterValidator(_grammar(USER_NAME, "a user name", "ubuntu"))]
+DnsLabel = Annotated[str, AfterValidator(_grammar(DNS_LABEL, "a DNS-1123 label", "gpufleet-prod"))]
+Namespace = Annotated[str, AfterValidator(_namespace)]
+LustreFsname = Annotated[str, AfterValidator(_grammar(
+    LUSTRE_FSNAME, "a Lustre file system name (1-8 letters, digits, _ or -)", "ai"))]
+LustreNid = Annotated[str, AfterValidator(_grammar(LUSTRE_NID, "a Lustre NID (address@network)",
+                                                   "10.0.0.5@o2ib"))]
+AbsPath = Annotated[str, AfterValidator(_grammar(ABS_PATH, "an absolute path of plain characters",
+                                                 "/lustre/datasets"))]
+Cidr = Annotated[str, AfterValidator(_cidr)]
+NcclIfList = Annotated[str, AfterValidator(_grammar(NCCL_IF_LIST, "an NCCL interface list", "=eth0"))]
+PlainName = Annotated[str, AfterValidator(_grammar(PLAIN_NAME, "a plain name (letters, digits, . _ -)",
+                                                   "p5.48xlarge"))]
+LabelKey = Annotated[str, AfterValidator(_grammar(LABEL_KEY, "a Kubernetes label key", "example.com/team"))]
+LabelValue = Annotated[str, AfterValidator(_grammar(LABEL_VALUE, "a Kubernetes label value", "ml"))]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _doc(description: str, example: Any) -> dict[str, Any]:
+    """Field documentation: docs/stack-config.md is generated from it (gpufleet.stackdoc)."""
+    return {"description": description, "examples": [example]}
+
+
 class Taint(_Strict):
-    key: str
-    value: str = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    key: LabelKey = Field(**_doc("Taint key.", "example.com/dedicated"))
+    value: LabelValue = Field("", **_doc("Taint value.", "ml"))
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        "NoSchedule", **_doc("Taint effect.", "NoSchedule"))
 
 
 class Host(_Strict):
     """A static host of a pool (existing/on-prem backend, and the sandbox)."""
 
-    name: str
-    address: str
+    name: HostName = Field(**_doc("Host name (RFC 1123, lower case): Kubernetes node, Slurm node and "
+                                  "Ansible inventory name.", "gpu-a-0"))
+    address: str = Field(**_doc("IP address or DNS name Ansible connects to (a container name for "
+                                "connection: docker).", "192.0.2.20"))
     #: How Ansible reaches it: ssh for real hosts, docker for sandbox containers.
-    connection: Literal["ssh", "docker"] = "ssh"
-    user: str | None = None
+    connection: Literal["ssh", "docker"] = Field(
+        "ssh", **_doc("How Ansible reaches the host: ssh (real hosts) or docker (sandbox containers).", "ssh"))
+    user: UserName | None = Field(None, **_doc("Login user for SSH (sudo for root work).", "ubuntu"))
+
+    @model_validator(mode="after")
+    def _check_address(self) -> Host:
+        if self.connection == "docker":
+            _grammar(CONTAINER_NAME, "a container name", "gpufleet-local-gpu-1")(self.address)
+        else:
+            _address(self.address)
+        return self
 
 
 #: A power limit as the stack file may write it; the same grammar the lock rules, role and module read.
@@ -68,23 +183,31 @@ PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 
 
 class NodePool(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-    role: Literal["system", "gpu"]
+    name: DnsLabel = Field(**_doc("Pool name (DNS-1123 label); Ansible group pool_<name>.", "h100-a"))
+    role: Literal["system", "gpu"] = Field(**_doc("system (control plane, services) or gpu.", "gpu"))
     #: GPU model key from the catalog (gpufleet.catalog), required for role gpu.
-    gpu: str | None = None
-    count: int | None = Field(default=None, ge=0)
-    min: int | None = Field(default=None, ge=0)
-    max: int | None = Field(default=None, ge=0)
-    instance_type: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
-    fabric: Literal["infiniband", "roce", "efa", "none"] = "none"
+    gpu: str | None = Field(None, **_doc("GPU model from the catalog (gpufleet/catalog), required for role "
+                                         "gpu.", "h100-sxm5-80gb"))
+    count: int | None = Field(None, ge=0, **_doc("Fixed node count; with hosts, the number of hosts.", 2))
+    min: int | None = Field(None, ge=0, **_doc("Autoscaling minimum (with max, instead of count).", 0))
+    max: int | None = Field(None, ge=0, **_doc("Autoscaling maximum (with min, instead of count).", 4))
+    instance_type: PlainName | None = Field(None, **_doc("Cloud instance type (cloud backends).",
+                                                         "p5.48xlarge"))
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, **_doc("Extra Kubernetes node labels.", {"example.com/team": "ml"}))
+    taints: list[Taint] = Field(default_factory=list, **_doc("Extra node taints.",
+                                                             [{"key": "example.com/dedicated"}]))
+    fabric: Literal["infiniband", "roce", "efa", "none"] = Field(
+        "none", **_doc("GPU interconnect between nodes.", "infiniband"))
     #: Who installs the NVIDIA stack on these hosts: our Ansible roles or the GPU Operator's containers.
-    host_management: Literal["ansible", "operator"] = "ansible"
+    host_management: Literal["ansible", "operator"] = Field(
+        "ansible", **_doc("Who installs the NVIDIA stack: the Ansible roles or the GPU Operator.", "ansible"))
     #: Power limit for every GPU of the pool, in the one power-limit grammar (gpufleet.module_utils.power_limit),
     #: stored in its canonical text (700 -> "700").
-    power_limit: PowerLimitText | None = None
-    hosts: list[Host] = Field(default_factory=list)
+    power_limit: PowerLimitText | None = Field(None, **_doc(
+        "Power limit of every GPU: watts, default, max or <n>% of default.", "700"))
+    hosts: list[Host] = Field(default_factory=list, **_doc(
+        "Static hosts (existing backend).", [{"name": "gpu-a-0", "address": "192.0.2.20"}]))
 
     @model_validator(mode="after")
     def _check(self) -> NodePool:
@@ -96,6 +219,11 @@ class NodePool(_Strict):
             raise ValueError("set 'count', or both 'min' and 'max'")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        if self.hosts and self.count is not None and self.count != len(self.hosts):
+            raise PydanticCustomError(
+                "count_hosts", "count is {count} but the pool lists {n} hosts",
+                {"count": self.count, "n": len(self.hosts),
+                 "fix": f"set count: {len(self.hosts)} or list {self.count} hosts"})
         return self
 
     @property
@@ -105,56 +233,57 @@ class NodePool(_Strict):
 
 
 class LustreVolume(_Strict):
-    mount_path: str = Field(pattern=r"^/")
+    mount_path: AbsPath = Field(**_doc("Where pods and hosts mount it.", "/lustre/datasets"))
     #: Sub-directory of the Lustre filesystem this volume exposes.
-    subdir: str = "/"
-    capacity_gib: int = Field(gt=0)
-    throughput_mbps_per_tib: int | None = None
+    subdir: AbsPath = Field("/", **_doc("Sub-directory of the file system this volume exposes.", "/datasets"))
+    capacity_gib: int = Field(gt=0, **_doc("Capacity of the PersistentVolume (GiB).", 1048576))
+    throughput_mbps_per_tib: int | None = Field(None, **_doc("Managed Lustre throughput tier.", 250))
 
 
 class Lustre(_Strict):
     #: MGS NIDs, e.g. "10.0.0.5@o2ib" (on-prem) or a managed service endpoint.
-    mgs_nids: list[str] = Field(default_factory=list)
-    fsname: str = "lustre"
-    datasets: LustreVolume
-    checkpoints: LustreVolume
+    mgs_nids: list[LustreNid] = Field(default_factory=list, **_doc("MGS NIDs.", ["10.0.0.5@o2ib"]))
+    fsname: LustreFsname = Field("lustre", **_doc("Lustre file system name (1-8 characters).", "ai"))
+    datasets: LustreVolume = Field(**_doc("Read-mostly datasets volume.", {"mount_path": "/lustre/datasets",
+                                                                           "capacity_gib": 1048576}))
+    checkpoints: LustreVolume = Field(**_doc("Checkpoints volume.", {"mount_path": "/lustre/checkpoints",
+                                                                     "capacity_gib": 262144}))
 
 
 class LocalNvme(_Strict):
-    mount_path: str = Field(default="/scratch", pattern=r"^/")
-    raid0: bool = True
+    mount_path: AbsPath = Field("/scratch", **_doc("Mount point of the local NVMe scratch.", "/scratch"))
+    raid0: bool = Field(True, **_doc("Stripe every local NVMe drive into one RAID 0.", True))
 
 
 class Storage(_Strict):
-    lustre: Lustre | None = None
-    local_nvme: LocalNvme | None = None
+    lustre: Lustre | None = Field(None, **_doc("Lustre file system for datasets and checkpoints.", None))
+    local_nvme: LocalNvme | None = Field(None, **_doc("Local NVMe scratch on GPU nodes.", {"raid0": True}))
 
 
 class Networks(_Strict):
-    #: Management (Ansible, Kubernetes API, monitoring) network.
-    management_cidr: str | None = None
-    #: Data plane (RDMA/NCCL) network.
-    data_cidr: str | None = None
-    #: Interfaces NCCL may use for bootstrap/sockets (NCCL_SOCKET_IFNAME).
-    nccl_socket_ifname: str | None = None
-    #: HCAs NCCL uses (NCCL_IB_HCA), e.g. "mlx5".
-    ib_hca: str | None = None
+    management_cidr: Cidr | None = Field(None, **_doc(
+        "Management network (Ansible, Kubernetes API, monitoring).", "192.0.2.0/24"))
+    data_cidr: Cidr | None = Field(None, **_doc("Data plane (RDMA/NCCL) network.", "198.51.100.0/24"))
+    nccl_socket_ifname: NcclIfList | None = Field(None, **_doc(
+        "Interfaces NCCL may use for bootstrap/sockets (NCCL_SOCKET_IFNAME).", "=eth0"))
+    ib_hca: NcclIfList | None = Field(None, **_doc("HCAs NCCL uses (NCCL_IB_HCA).", "mlx5"))
 
 
 class LockConfig(_Strict):
     """The stack's choice of version profile and overrides; resolved by gpufleet.lock."""
 
-    profile: str
-    versions: dict[str, str] = Field(default_factory=dict)
-    #: strict: NVIDIA's per-toolkit minimum driver; minor-version: CUDA minor version compatibility.
-    cuda_compat: Literal["strict", "minor-version"] = "strict"
+    profile: str = Field(**_doc("Version profile (gpufleet/lock/profiles.yaml).", "h100-cuda12.8"))
+    versions: dict[str, str] = Field(default_factory=dict, **_doc(
+        "Single-entry version overrides (docs/version-lock.md).", {"driver": "570.172.08"}))
+    cuda_compat: Literal["strict", "minor-version"] = Field("strict", **_doc(
+        "strict: NVIDIA's per-toolkit minimum driver; minor-version: CUDA minor version compatibility.",
+        "strict"))
 
 
 class Sandbox(_Strict):
     """Settings of the local container sandbox (backend local)."""
 
-    #: Simulated board: h100-hgx (default), a100-hgx, l40s-pcie.
-    board: str = "h100-hgx"
+    board: PlainName = Field("h100-hgx", **_doc("Simulated board: h100-hgx, a100-hgx, l40s-pcie.", "h100-hgx"))
 
 
 #: An image reference pinned to a tag (``latest`` is refused in the validator) or to a digest.
@@ -166,9 +295,12 @@ class Monitoring(_Strict):
 
     #: kube-prometheus-stack: gpufleet installs the chart (lock entry kube_prometheus_stack) on system nodes;
     #: existing: a Prometheus Operator already runs and selects our ServiceMonitors/PrometheusRules by label.
-    mode: Literal["kube-prometheus-stack", "existing"] = "kube-prometheus-stack"
+    mode: Literal["kube-prometheus-stack", "existing"] = Field("kube-prometheus-stack", **_doc(
+        "kube-prometheus-stack (installed by gpufleet) or existing (your Prometheus Operator).", "existing"))
     #: Labels the existing Prometheus selects objects by (its serviceMonitorSelector / ruleSelector).
-    selector: dict[str, str] = Field(default_factory=dict)
+    selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, **_doc(
+        "Labels your Prometheus selects ServiceMonitors and PrometheusRules by (mode existing).",
+        {"release": "prometheus"}))
 
     @model_validator(mode="after")
     def _check(self) -> Monitoring:
@@ -181,17 +313,20 @@ class Monitoring(_Strict):
 class PodSecurity(_Strict):
     """Pod Security Standard of the workload namespaces (platform namespaces get the level their pods need)."""
 
-    level: Literal["privileged", "baseline", "restricted"] = "restricted"
+    level: Literal["privileged", "baseline", "restricted"] = Field("restricted", **_doc(
+        "Pod Security Standard level of the workload namespaces.", "restricted"))
     #: false: warn and audit only (pods that break the level still run); true: enforce it too.
-    enforce: bool = False
+    enforce: bool = Field(False, **_doc("true: enforce the level; false: warn and audit only.", True))
 
 
 class Drift(_Strict):
     """The in-cluster drift check (gpufleet/drift/deploy/cronjob.yaml), deployed when this is set."""
 
     #: Image with this repository and its venv, pinned by tag (not latest) or digest.
-    image: str = Field(pattern=PINNED_IMAGE)
-    schedule: str = Field(default="17 * * * *", pattern=r"^(\S+ ){4}\S+$")
+    image: str = Field(pattern=PINNED_IMAGE, **_doc("Image with this repository, pinned by tag or digest.",
+                                                    "registry.example.com/gpufleet:1.0.0"))
+    schedule: str = Field(default="17 * * * *", pattern=r"^(\S+ ){4}\S+$", **_doc("Cron schedule of the check.",
+                                                                                "17 * * * *"))
 
     @model_validator(mode="after")
     def _not_latest(self) -> Drift:
@@ -203,23 +338,30 @@ class Drift(_Strict):
 class ClusterSpec(_Strict):
     """Everything a stack says about its cluster."""
 
-    stack: str
-    backend: Literal["local", "existing", "aws", "gcp", "azure"]
-    cluster_name: str
-    lock: LockConfig
-    pools: list[NodePool]
-    storage: Storage = Field(default_factory=Storage)
-    networks: Networks = Field(default_factory=Networks)
-    sandbox: Sandbox = Field(default_factory=Sandbox)
-    #: Namespaces where GPU workloads run (default-deny NetworkPolicies apply there).
-    workload_namespaces: list[str] = Field(default_factory=lambda: ["training"])
-    #: How the GPU Operator exposes MIG devices (GFD and device plugin): none, single or mixed.
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
-    monitoring: Monitoring = Field(default_factory=Monitoring)
-    pod_security: PodSecurity = Field(default_factory=PodSecurity)
-    drift: Drift | None = None
-    #: Config keys gpufleet does not model (cloud region etc.), passed to backends verbatim.
-    extra: dict[str, Any] = Field(default_factory=dict)
+    stack: DnsLabel
+    backend: Literal["local", "existing", "aws", "gcp", "azure"] = Field(**_doc(
+        "Where the cluster runs: local (container sandbox), existing (on-prem Kubernetes), aws, gcp, azure.",
+        "existing"))
+    cluster_name: DnsLabel = Field(**_doc("Cluster name (DNS-1123 label).", "onprem-h100"),
+                                   json_schema_extra={"default_text": "gpufleet-<stack>"})
+    lock: LockConfig = Field(**_doc("The version lock.", {"profile": "h100-cuda12.8"}))
+    pools: list[NodePool] = Field(**_doc("Node pools.", [{"name": "system", "role": "system", "count": 3}]))
+    storage: Storage = Field(default_factory=Storage, **_doc("Shared and local storage.", {}))
+    networks: Networks = Field(default_factory=Networks, **_doc("Networks.", {}))
+    sandbox: Sandbox = Field(default_factory=Sandbox, **_doc("Local sandbox settings (backend local).", {}))
+    workload_namespaces: list[Namespace] = Field(default_factory=lambda: ["training"], **_doc(
+        "Namespaces where GPU workloads run (default-deny NetworkPolicies apply there).", ["training"]))
+    mig_strategy: Literal["none", "single", "mixed"] = Field("none", **_doc(
+        "How the GPU Operator exposes MIG devices (GFD and device plugin).", "none"))
+    monitoring: Monitoring = Field(default_factory=Monitoring, **_doc(
+        "Who scrapes the metrics: kube-prometheus-stack installed by gpufleet, or an existing Prometheus.",
+        {"mode": "kube-prometheus-stack"}))
+    pod_security: PodSecurity = Field(default_factory=PodSecurity, **_doc(
+        "Pod Security Standard of the workload namespaces.", {"level": "restricted", "enforce": False}))
+    drift: Drift | None = Field(None, **_doc("The in-cluster drift check (deployed when set).",
+                                             {"image": "registry.example.com/gpufleet:1.0.0"}))
+    #: Kept for the lock rules' one-lock check; a stack file's unknown keys are refused before (load_spec).
+    extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -256,11 +398,28 @@ _FIELDS = {
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 
 
+#: Keys a stack may hold that gpufleet reads elsewhere (Pulumi secrets), never into the model.
+SECRET_KEYS = ("kubeconfig",)
+
+#: Keys people write expecting an effect gpufleet does not have: refused with the reason and the way that works.
+NOT_READ: dict[str, tuple[str, str]] = {
+    "gpuOperator": ("GPU Operator values are rendered from the version lock and the pools; overrides in the "
+                    "stack are not read",
+                    "remove gpufleet:gpuOperator; choose versions with gpufleet:lock and who manages the "
+                    "driver with pools[].host_management (docs/version-lock.md)"),
+}
+
+
 def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
-    """Path of a stack's config file; accepts a stack name or a path."""
+    """Path of a stack's config file; accepts a stack name or a path (refuses names that are not stack names)."""
     p = Path(stack)
-    if p.suffix in (".yaml", ".yml") and p.exists():
+    if p.suffix in (".yaml", ".yml"):
         return p
+    if STACK_NAME.fullmatch(stack) is None:
+        raise ConfigError([ConfigProblem(
+            "--stack", "-", stack, "not a stack name (lower-case letters, digits and '-') nor a stack file path",
+            "pass a stack under stacks/ by name (e.g. onprem-h100) or the path of a .yaml file")],
+            kind="invalid stack name")
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
@@ -293,56 +452,128 @@ def _lookup(data: dict[str, Any], loc: tuple[int | str, ...]) -> Any:
     return cur
 
 
+def _problem(path: Path, key: str, value: Any, rule: str, fix: str) -> ConfigError:
+    return ConfigError([ConfigProblem(str(path), key, value, rule, fix)], kind="stack file problem")
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """The ``gpufleet:`` config of a stack file, keys without namespace."""
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(
-            [ConfigProblem(str(path), "-", None, "stack file not found",
-                           f"create {path} or pass an existing stack (see stacks/)")]
-        ) from None
-    except yaml.YAMLError as e:
-        raise ConfigError([ConfigProblem(str(path), "-", None, f"invalid YAML: {e}", "fix the syntax")]) from None
+    """The ``gpufleet:`` config of a stack file, keys without namespace.
+
+    Refuses (ConfigError / InputError naming file, key, value and fix) anything that is not a stack file:
+    a missing file, a directory, not UTF-8, invalid YAML, duplicate keys, an alias bomb, a document that is
+    not a mapping, keys that are not strings.
+    """
+    if not path.exists():
+        raise ConfigError([ConfigProblem(str(path), "-", None, "stack file not found",
+                                         "pass a stack under stacks/ by name (e.g. onprem-h100) or an "
+                                         "existing stack file path")], kind="stack file problem")
+    raw = load_yaml(path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise _problem(path, "-", raw, f"a stack file is a mapping with a config: section, not a "
+                       f"{type(raw).__name__}", "write `config:` with gpufleet:<key>: <value> entries under it "
+                       "(see docs/stack-config.md)")
     config = raw.get("config") or {}
     if not isinstance(config, dict):
-        raise ConfigError([ConfigProblem(str(path), "config", config, "must be a mapping",
-                                         "write config: as key: value pairs")])
-    return {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")}
+        raise _problem(path, "config", config, "must be a mapping", "write config: as key: value pairs")
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise _problem(path, f"config.{key!r}", value, f"config keys are strings, not {type(key).__name__}",
+                           "write keys as <namespace>:<key>, e.g. gpufleet:backend")
+        if key.startswith(f"{NAMESPACE}:"):
+            out[key.split(":", 1)[1]] = value
+    return out
+
+
+def _check_keys(path: Path, cfg: dict[str, Any]) -> list[ConfigProblem]:
+    problems = []
+    known = [*_FIELDS, *SECRET_KEYS]
+    for key, value in cfg.items():
+        if key in _FIELDS:
+            continue
+        if key in SECRET_KEYS:
+            if not (isinstance(value, dict) and set(value) == {"secure"}):
+                problems.append(ConfigProblem(
+                    str(path), f"{NAMESPACE}:{key}", REDACTED,
+                    f"{key} is a secret and is in clear text in the stack file",
+                    f"remove it from the file (and rotate it: it was exposed), then: pulumi config set "
+                    f"--secret {NAMESPACE}:{key} \"$(cat ~/.kube/config)\" --stack <stack>"))
+            continue
+        if key in NOT_READ:
+            rule, fix = NOT_READ[key]
+            problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, rule, fix))
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean {NAMESPACE}:{close[0]}?" if close else f"known keys: {', '.join(known)}"
+        problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, "unknown key (it would be ignored)",
+                                      f"{hint} (docs/stack-config.md lists every key)"))
+    return problems
 
 
 def load_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
     """Read and validate a stack; raise ConfigError naming file, key path, value and fix."""
     path = stack_file(stack, stacks_dir)
     cfg = read_config(path)
-    data: dict[str, Any] = {"stack": stack_name(path)}
-    extra: dict[str, Any] = {}
+    name = stack_name(path)
+    if STACK_NAME.fullmatch(name) is None:
+        raise _problem(path, "-", name, "the stack name from the file name (Pulumi.<stack>.yaml) is not a DNS-1123 "
+                       "label; it names the inventory directory and the Pulumi stack",
+                       "rename the file to Pulumi.<name>.yaml with lower-case letters, digits and '-'")
+    problems = _check_keys(path, cfg)
+    data: dict[str, Any] = {"stack": name}
     for key, value in cfg.items():
         if key in _FIELDS:
             data[_FIELDS[key]] = value
-        else:
-            extra[key] = value
     data.setdefault("cluster_name", f"gpufleet-{data['stack']}")
-    data["extra"] = extra
     try:
-        return ClusterSpec.model_validate(data)
+        spec = ClusterSpec.model_validate(data)
     except ValidationError as e:
-        problems = []
         for err in e.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
             msg = err["msg"].removeprefix("Value error, ")
             value = _lookup(data, loc) if err["type"] != "missing" else None
-            fix = _fix_for(err["type"], loc, msg)
+            fix = _fix_for(err["type"], loc, msg, err.get("ctx") or {})
             problems.append(ConfigProblem(str(path), _key_path(loc), value, msg, fix))
-        raise ConfigError(problems) from None
+    else:
+        problems.extend(_host_problems(path, spec))
+    if problems:
+        raise ConfigError(problems, kind="stack file problem")
+    return spec
 
 
-def _fix_for(kind: str, loc: tuple[int | str, ...], msg: str) -> str:
+def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """A host (by name or by address) in two places: it would get two pools' settings, or two inventory
+    entries for one machine."""
+    problems = []
+    for attr in ("name", "address"):
+        seen: dict[str, str] = {}
+        for i, pool in enumerate(spec.pools):
+            for j, host in enumerate(pool.hosts):
+                value = getattr(host, attr)
+                key = f"{NAMESPACE}:pools[{i}].hosts[{j}].{attr}"
+                if value in seen:
+                    where = f"pools {seen[value]} and {pool.name}" if seen[value] != pool.name \
+                        else f"pool {pool.name} twice"
+                    problems.append(ConfigProblem(str(path), key, value, f"host {value} is in {where}",
+                                                  f"list {value} once, in one pool"))
+                else:
+                    seen[value] = pool.name
+    return problems
+
+
+def _fix_for(kind: str, loc: tuple[int | str, ...], msg: str, ctx: dict[str, Any]) -> str:
     key = _key_path(loc)
+    if "fix" in ctx:
+        return str(ctx["fix"])
+    if "example" in ctx:
+        return f"set {key} to a valid value, e.g. {ctx['example']} (docs/stack-config.md)"
     if kind == "missing":
-        return f"add {key}"
+        return f"add {key} (docs/stack-config.md)"
     if kind == "extra_forbidden":
-        return f"remove {key} (unknown key; check its spelling against docs/stack-config.md)"
+        return f"remove {key} (unknown key; docs/stack-config.md lists the keys)"
     if kind == "literal_error":
         return f"set {key} to one of the allowed values ({msg.split('Input should be ')[-1]})"
-    return f"correct {key}"
+    return f"correct {key} (docs/stack-config.md)"
+

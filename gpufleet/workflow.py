@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
-from gpufleet.errors import ConfigError, ConfigProblem
+from gpufleet.errors import ConfigError, ConfigProblem, InputError
 from gpufleet.inventory import inventory_dir
 from gpufleet.lock import Lock, resolve_lock
 from gpufleet.spec import ClusterSpec, load_spec, stack_file
@@ -48,8 +48,9 @@ class ResolvedStack:
             return write_sandbox_inventory(self.spec, self.lock, out)
         hosts = out / "hosts.yml"
         if not hosts.exists():
-            raise FileNotFoundError(f"{hosts} does not exist: run `gpufleet up --stack {self.spec.stack}` first "
-                                    "(it writes the inventory from the stack's outputs)")
+            raise InputError.one(str(hosts), "the stack's inventory does not exist",
+                                 f"run `gpufleet up --stack {self.spec.stack}` first (it writes the inventory from "
+                                 "the stack's outputs)", kind="missing inventory")
         return hosts
 
 
@@ -133,4 +134,4 @@ def sandbox_report(stack: ResolvedStack) -> list[NodeReport]:
 
 
 def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, default=str)
+    return json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
+from gpufleet.inputs import loads_yaml
 from gpufleet.inventory import hosts_from_outputs, write_inventory
 from gpufleet.lock import resolve_lock
 from gpufleet.spec import Host, load_spec
+
+
+def load_yaml_text(text: str) -> Any:
+    # Inventories tag stack values !unsafe: read them as Ansible does (plain strings), with gpufleet's loader.
+    return loads_yaml(text, "<test>")
 
 
 def test_onprem_inventory(tmp_path: Path) -> None:
@@ -17,7 +23,7 @@ def test_onprem_inventory(tmp_path: Path) -> None:
     hosts = hosts_from_outputs({p.name: [h.model_dump() for h in p.hosts] for p in spec.pools})
     path = write_inventory(spec, resolve_lock(spec), hosts, tmp_path)
     assert path == tmp_path / "hosts.yml"
-    inv = yaml.safe_load(path.read_text())
+    inv = load_yaml_text(path.read_text())
     children = inv["all"]["children"]
     assert sorted(children) == ["gpu", "pool_h100-a", "pool_h100-b", "pool_system", "system"]
     assert list(children["gpu"]["hosts"]) == ["gpu-a-0", "gpu-a-1", "gpu-b-0", "gpu-b-1"]
@@ -26,7 +32,7 @@ def test_onprem_inventory(tmp_path: Path) -> None:
         "ansible_host": "192.0.2.31",
         "gpufleet_pool": "h100-b",
     }
-    cluster = yaml.safe_load((tmp_path / "group_vars/all/cluster.yml").read_text())
+    cluster = load_yaml_text((tmp_path / "group_vars/all/cluster.yml").read_text())
     assert cluster["gpufleet_stack"] == "onprem-h100"
     assert cluster["gpufleet_pools"]["h100-a"] == {
         "role": "gpu",
@@ -39,7 +45,7 @@ def test_onprem_inventory(tmp_path: Path) -> None:
         "mount_path": "/lustre/checkpoints",
         "subdir": "/checkpoints",
     }
-    versions = yaml.safe_load((tmp_path / "group_vars/all/versions.yml").read_text())
+    versions = load_yaml_text((tmp_path / "group_vars/all/versions.yml").read_text())
     assert versions["nvidia_driver_version"] == "570.172.08"
 
 
@@ -54,7 +60,7 @@ def test_sandbox_containers_use_docker_connection(tmp_path: Path) -> None:
             for i in range(2)
         ],
     }
-    inv = yaml.safe_load(write_inventory(spec, resolve_lock(spec), hosts, tmp_path).read_text())
+    inv = load_yaml_text(write_inventory(spec, resolve_lock(spec), hosts, tmp_path).read_text())
     assert inv["all"]["children"]["pool_gpu"]["hosts"]["gpufleet-local-gpu-1"] == {
         "ansible_host": "gpufleet-local-gpu-1",
         "gpufleet_pool": "gpu",

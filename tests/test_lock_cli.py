@@ -44,7 +44,7 @@ def test_check_invalid_stack_exits_1_listing_every_problem(tmp_path: Path) -> No
     result = runner.invoke(app, ["check", "--stack", str(path)])
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0] == f"2 problem(s) in the version lock of stack {path}:"
+    assert lines[0] == "error: version lock problem (2 problems)"
     assert lines[1] == (
         f"- {path}: gpufleet:lock.versions.fabric_manager = '570.124.06': fabric manager 570.124.06 must "
         f"equal "

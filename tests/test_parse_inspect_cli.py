@@ -42,19 +42,23 @@ def test_nccl_json_and_table() -> None:
 
 
 @needs_shared
-def test_failed_log_exits_2_with_reason() -> None:
+def test_failed_log_exits_1_with_reason() -> None:
     log = REAL / "nccl-tests" / (
         "h100-sxm_x8_driver560.35.03_all_reduce_perf_FAIL-cuda-system-not-yet-initialized.txt")
     res = runner.invoke(app, ["nccl", str(log), "--json"])
-    assert res.exit_code == 2
-    assert res.stdout == ""
-    assert f"error: {log}: nccl-tests run failed" in res.stderr
+    # The error contract: exit 1, JSON on stdout (--json), the heading and the problem on stderr.
+    assert res.exit_code == 1
+    error = json.loads(res.stdout)["error"]
+    assert (error["file"], error["kind"]) == (str(log), "parse error")
+    assert error["message"].startswith("nccl-tests run failed")
+    assert "error: parse error" in res.stderr
+    assert f"- {log}: nccl-tests run failed" in res.stderr
     assert "Test CUDA failure common.cu:941 'system not yet initialized'" in res.stderr
 
 
-def test_truncated_xml_exits_2(tmp_path: Path) -> None:
+def test_truncated_xml_exits_1(tmp_path: Path) -> None:
     f = tmp_path / "cut.xml"
     f.write_text("<?xml version='1.0'?><nvidia_smi_log><driver_version>570")
     res = runner.invoke(app, ["smi-xml", str(f)])
-    assert res.exit_code == 2
+    assert res.exit_code == 1
     assert "not well-formed XML" in res.stderr

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import yaml
 from typer.testing import CliRunner
 
 from gpufleet.cli.plan import app
+from gpufleet.inputs import loads_yaml
+
+
+def load_yaml_text(text: str) -> Any:
+    # Inventories tag stack values !unsafe: read them as Ansible does (plain strings), with gpufleet's loader.
+    return loads_yaml(text, "<test>")
 
 NOTE = "offline evaluation with mocks — this is not `pulumi preview`"
 
@@ -44,7 +50,7 @@ def test_plan_json_onprem() -> None:
         "repo": "https://helm.ngc.nvidia.com/nvidia",
     }
     assert data["values"]["gpu-operator"]["driver"]["version"] == "570.172.08"
-    hosts = yaml.safe_load(data["inventory"]["hosts.yml"])
+    hosts = load_yaml_text(data["inventory"]["hosts.yml"])
     assert hosts["all"]["children"]["pool_h100-a"]["hosts"]["gpu-a-1"]["ansible_host"] == "192.0.2.21"
     assert sorted(data["inventory"]) == [
         "group_vars/all/cluster.yml",
@@ -56,7 +62,7 @@ def test_plan_json_onprem() -> None:
         "group_vars/pool_h100-b/kubelet.yml",
         "hosts.yml",
     ]
-    kubelet = yaml.safe_load(data["inventory"]["group_vars/pool_h100-a/kubelet.yml"])
+    kubelet = load_yaml_text(data["inventory"]["group_vars/pool_h100-a/kubelet.yml"])
     assert kubelet == {"host_tuning_kubelet_register_taints": [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
     assert "offline-plan-placeholder-kubeconfig" not in r.output
@@ -68,7 +74,7 @@ def test_plan_local_shows_lock_and_inventory_only() -> None:
     data = json.loads(r.output)
     assert data["resources"] == [] and data["values"] == {}
     assert data["lock"]["gpu_operator"] == "v26.7.0"
-    hosts = yaml.safe_load(data["inventory"]["hosts.yml"])["all"]["children"]
+    hosts = load_yaml_text(data["inventory"]["hosts.yml"])["all"]["children"]
     # Named as `gpufleet up` writes them: the node's hostname, reached at its container.
     assert hosts["pool_gpu"]["hosts"]["gpu-1"] == {
         "ansible_host": "gpufleet-local-gpu-1",
@@ -88,5 +94,5 @@ def test_plan_human_output_states_it_is_not_a_preview() -> None:
 
 def test_plan_bad_stack_names_the_file() -> None:
     r = CliRunner().invoke(app, ["--stack", "nope"])
-    assert r.exit_code == 2
+    assert r.exit_code == 1
     assert "stacks/Pulumi.nope.yaml" in r.output and "stack file not found" in r.output

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Annotated
+
 import typer
 
 from gpufleet.cli import cluster
@@ -17,6 +20,20 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _options(max_input_mb: Annotated[float | None, typer.Option(
+        "--max-input-mb", min=0.001, max=1 << 20,
+        help="Raise (or lower) the size limit of every input file, in MiB (default: 8 for YAML, 64 for logs).")]
+        = None) -> None:
+    """Infrastructure-as-code for ML GPU clusters."""
+    if max_input_mb is not None:
+        from gpufleet.inputs import LIMIT_ENV
+
+        os.environ[LIMIT_ENV] = str(max_input_mb)
+
+
 cluster.register(app)
 app.add_typer(lock_cmd.app, name="lock", help="Show and check the stack's version lock.")
 app.add_typer(inspect_cmd.app, name="inspect",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from gpufleet.errors import ConfigError
+from gpufleet.cli.contract import contract
+from gpufleet.errors import InputError
 from gpufleet.workflow import ResolvedStack, dump_json, resolve_stack, sandbox_report
 from gpufleet.workflow import converge as run_converge
 
@@ -23,18 +23,9 @@ StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]
 
 
-def _fail_config(e: ConfigError) -> NoReturn:
-    for p in e.problems:
-        # Plain text on one line: key paths like profile[h100-cuda12.8] are not markup, and the message is exact.
-        console.print(Text.assemble(("error", "red"), f" {p}"), soft_wrap=True)
-    raise typer.Exit(1)
-
-
 def _resolve(stack: str, *, up: bool = False, gpu_nodes: int | None = None) -> ResolvedStack:
-    try:
-        return resolve_stack(stack, up=up, gpu_nodes=gpu_nodes)
-    except ConfigError as e:
-        _fail_config(e)
+    # A ConfigError goes through the CLI's error contract (gpufleet.cli.contract): exit 1, JSON with --json.
+    return resolve_stack(stack, up=up, gpu_nodes=gpu_nodes)
 
 
 def up(stack: StackOpt = "local", json_out: JsonOpt = False,
@@ -46,9 +37,14 @@ def up(stack: StackOpt = "local", json_out: JsonOpt = False,
     resolved = _resolve(stack, up=True, gpu_nodes=gpu_nodes)
     spec, lock = resolved.spec, resolved.lock
     if spec.backend != "local":
+        from gpufleet.infra.automation import PulumiCliMissing
         from gpufleet.infra.automation import up as pulumi_up
 
-        pulumi_up(stack)
+        try:
+            pulumi_up(stack)
+        except PulumiCliMissing as e:
+            message, _, fix = str(e).partition(": ")
+            raise InputError.one("pulumi", message, fix, kind="missing tool") from None
         result = run_converge(resolved, console=console)
         if json_out:
             out.print_json(dump_json({"stack": spec.stack, "converge": result.to_json()}))
@@ -94,8 +90,9 @@ def down(stack: StackOpt = "local") -> None:
 
     spec = load_spec(stack)
     if spec.backend != "local":
-        console.print("down is for the local sandbox; for other stacks run `pulumi destroy` in that stack")
-        raise typer.Exit(2)
+        raise InputError.one(str(stack), "down is for the local sandbox",
+                             f"for other stacks run `pulumi destroy --stack {spec.stack}`",
+                             key="gpufleet:backend", value=spec.backend, kind="wrong stack")
     removed = cluster.down(spec.stack) if engine.daemon_answers() else []
     stopped = engine.stop_engine()
     console.print(f"removed {len(removed)} containers" + ("; stopped dockerd" if stopped else ""))
@@ -124,7 +121,5 @@ def converge(stack: StackOpt = "local",
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(up)
-    app.command()(down)
-    app.command()(status)
-    app.command()(converge)
+    for command in (up, down, status, converge):
+        app.command()(contract(command))

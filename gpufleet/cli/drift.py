@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gpufleet.cli.contract import contract
 from gpufleet.drift import (
     DEFAULT_TEXTFILE,
     EXIT_ERROR,
@@ -31,7 +32,7 @@ from gpufleet.drift.runner import (
     stack_health,
     target_for_stack,
 )
-from gpufleet.errors import ConfigError
+from gpufleet.errors import InputError
 from gpufleet.workflow import resolve_stack
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -47,17 +48,17 @@ PlaybookOpt = Annotated[Path, typer.Option(help="Playbook whose check run define
 
 
 def _target(stack: str, inventory: Path | None) -> Target:
+    """The stack's (or the given inventory's) target; errors go through the CLI's error contract (exit 1)."""
     if inventory is not None:
+        if not inventory.exists():
+            raise InputError.one(str(inventory), "inventory not found", "pass an existing inventory file or "
+                                 "directory", key="--inventory", kind="input error")
         return Target(inventory.resolve(), None, stack)
     try:
         return target_for_stack(resolve_stack(stack))
-    except ConfigError as e:
-        for p in e.problems:
-            console.print(f"[red]error[/red] {p}", highlight=False)
-        raise typer.Exit(EXIT_ERROR) from None
     except FileNotFoundError as e:
-        console.print(f"[red]error[/red] {e}", highlight=False)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise InputError.one(str(stack), str(e), f"run `gpufleet up --stack {stack}` first (it writes the "
+                             "inventory)", kind="missing inventory") from None
 
 
 def drift_command(
@@ -117,8 +118,8 @@ def remediate_command(
     try:
         size = parse_batch(batch, len(report.hosts))
     except ValueError as e:
-        console.print(f"[red]error[/red] {e}", highlight=False)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise InputError.one("--batch", str(e), "pass a count (5) or a share of the hosts (10%)",
+                             key="--batch", value=batch, kind="invalid option") from None
     for p in plans:
         console.print(f"{p.host}: {'drain, ' if p.drain else 'in place, '}{', '.join(p.components)}",
                       markup=False, highlight=False)
@@ -145,6 +146,8 @@ def remediate_command(
     raise typer.Exit(0 if result.ok else EXIT_ERROR)
 
 
+drift_command = contract(drift_command)
+remediate_command = contract(remediate_command)
 app.command("drift")(drift_command)
 app.command("remediate")(remediate_command)
 

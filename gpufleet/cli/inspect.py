@@ -3,7 +3,6 @@ nccl-tests logs)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,24 +10,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.cli.contract import contract, parse_failure, print_json
+from gpufleet.inputs import iter_lines, read_text
 from gpufleet.parsers import ParseError
-from gpufleet.parsers.nccl import parse_nccl
+from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
 
-FileArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="saved output")]
+# Existence and type are checked by gpufleet.inputs, so a missing file is the contract's error (exit 1).
+FileArg = Annotated[Path, typer.Argument(help="saved output")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout instead of a table")]
-
-
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-def _fail(path: Path, err: ParseError) -> typer.Exit:
-    typer.echo(f"error: {path}: {err}", err=True)
-    return typer.Exit(code=2)
 
 
 def _show(value: Any) -> str:
@@ -36,14 +29,15 @@ def _show(value: Any) -> str:
 
 
 @app.command("smi-xml")
+@contract
 def smi_xml(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi -q -x`` output."""
     try:
-        report = parse_smi_xml(_read(file))
+        report = parse_smi_xml(read_text(file, "log"))
     except ParseError as e:
-        raise _fail(file, e) from None
+        raise parse_failure(str(file), e) from None
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
         return
     table = Table(title=f"driver {_show(report.driver_version)}, CUDA {_show(report.cuda_version)}")
     for col in ("#", "name", "bus id", "persist", "MIG", "power W (limit/default)", "ECC", "DBE vol",
@@ -64,14 +58,15 @@ def smi_xml(file: FileArg, as_json: JsonOpt = False) -> None:
 
 
 @app.command("nccl")
+@contract
 def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse an nccl-tests log (text, or the file ``-J`` writes)."""
     try:
-        result = parse_nccl(_read(file))
+        result = parse_nccl_lines(iter_lines(file, "log"))
     except ParseError as e:
-        raise _fail(file, e) from None
+        raise parse_failure(str(file), e) from None
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict())
         return
     table = Table(title=f"{_show(result.collective)}, {_show(result.nranks)} ranks")
     for col in ("size B", "type", "oop time us", "oop algbw", "oop busbw", "oop wrong",
@@ -92,15 +87,16 @@ def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
 
 
 @app.command("topo")
+@contract
 def topo(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi topo -m`` output: per GPU its NUMA node, CPU affinity, NVLink peers and nearest NICs."""
     try:
-        model = parse_topo_m(_read(file))
+        model = parse_topo_m(read_text(file, "log"))
     except ParseError as e:
-        raise _fail(file, e) from None
+        raise parse_failure(str(file), e) from None
     data = model.to_dict()
     if as_json:
-        typer.echo(json.dumps(data, indent=2))
+        print_json(data)
         return
     table = Table(title=f"{model.gpu_count} GPUs, {len(model.nic_labels)} NICs "
                         f"(nearest = best of {' < '.join(('PIX', 'PXB', 'PHB', 'NODE', 'SYS'))})")
@@ -117,17 +113,18 @@ def topo(file: FileArg, as_json: JsonOpt = False) -> None:
 
 
 @app.command("nvlink")
+@contract
 def nvlink(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi nvlink -s``: active links and their speed per GPU."""
     try:
-        gpus = parse_nvlink_status(_read(file))
+        gpus = parse_nvlink_status(read_text(file, "log"))
     except ParseError as e:
-        raise _fail(file, e) from None
+        raise parse_failure(str(file), e) from None
     data = [{"index": g.index, "name": g.name, "uuid": g.uuid, "active_links": g.active_links,
              "links": {str(k): v for k, v in g.links.items()}, "inactive": list(g.inactive), "note": g.note}
             for g in gpus]
     if as_json:
-        typer.echo(json.dumps({"gpus": data}, indent=2))
+        print_json({"gpus": data})
         return
     table = Table(title="nvidia-smi nvlink -s")
     for col in ("GPU", "name", "active links", "GB/s per link", "note"):

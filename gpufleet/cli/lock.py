@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from gpufleet.errors import ConfigError
+from gpufleet.cli.contract import contract, print_json
 from gpufleet.inventory import inventory_dir
 from gpufleet.lock import VERSION_KEYS, Lock, load_lock, write_group_vars
 from gpufleet.lock.digest import DIGEST_FILE
@@ -25,15 +23,8 @@ StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name under s
 
 
 def _load(stack: str, console: Console) -> tuple[ClusterSpec, Lock]:
-    try:
-        return load_lock(stack)
-    except ConfigError as e:
-        header = Text(f"{len(e.problems)} problem(s) in the version lock of stack {stack}:", style="bold red")
-        console.print(header, soft_wrap=True)
-        for p in e.problems:
-            # Plain print: a problem names paths and versions that rich markup must not reinterpret.
-            console.print(f"- {p}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    # Errors (stack file, YAML, lock rules) go through the CLI's error contract, headed by their kind.
+    return load_lock(stack)
 
 
 def _origin(spec: ClusterSpec, key: str) -> str:
@@ -45,13 +36,14 @@ def _origin(spec: ClusterSpec, key: str) -> str:
 
 
 @app.command()
+@contract
 def show(stack: StackOpt,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """Print the resolved lock (exit 1, listing every problem, when it breaks a rule)."""
     console = Console()
     spec, lock = _load(stack, console)
     if as_json:
-        typer.echo(json.dumps(lock.model_dump(mode="json"), indent=2))
+        print_json(lock.model_dump(mode="json"))
         return
     table = Table(title=f"Version lock of stack {spec.stack} (profile {lock.profile})")
     table.add_column("entry")
@@ -69,15 +61,21 @@ def show(stack: StackOpt,
 
 
 @app.command()
-def check(stack: StackOpt) -> None:
+@contract
+def check(stack: StackOpt,
+          as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """Check every compatibility rule; exit 0 when the lock is valid, 1 listing every problem."""
     console = Console()
     spec, lock = _load(stack, console)
+    if as_json:
+        print_json({"stack": spec.stack, "valid": True, "lock": lock.model_dump(mode="json")})
+        return
     console.print(f"lock of stack {spec.stack} is valid (profile {lock.profile}, driver {lock.driver}, "
                   f"CUDA {lock.cuda})", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
+@contract
 def render(stack: StackOpt,
            inventory: Annotated[Path | None, typer.Option(
                "--inventory", help="Inventory directory (default inventories/<stack>)")] = None) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.tree import Tree
 
-from gpufleet.errors import ConfigError
+from gpufleet.cli.contract import contract, dumps
 from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
 from gpufleet.spec import ClusterSpec
 
@@ -149,26 +149,22 @@ def _print(console: Console, data: dict[str, Any]) -> None:
 
 
 @app.command()
+@contract
 def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stacks/Pulumi.<stack>.yaml)"),
          as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Evaluate the Pulumi program offline with mocks and print what it would declare."""
     from gpufleet.infra.offline import evaluate
     from gpufleet.workflow import resolve_stack
 
-    try:
-        # resolve_stack names the file given in problems, also a path outside stacks/, and sizes the sandbox as
-        # every other command sees it.
-        resolved = resolve_stack(stack)
-        spec, lock = resolved.spec, resolved.lock
-        result = evaluate(spec, lock)
-        inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
-                                     else {"inventory": sandbox_inventory_source(spec)})
-    except ConfigError as e:
-        # soft_wrap: one problem per line, as `gpufleet lock check` prints them, whatever the terminal width.
-        Console(stderr=True).print(str(e), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    # resolve_stack names the file given in problems, also a path outside stacks/, and sizes the sandbox as every
+    # other command sees it. Errors (ConfigError) go through the CLI's error contract: exit 1, JSON with --json.
+    resolved = resolve_stack(stack)
+    spec, lock = resolved.spec, resolved.lock
+    result = evaluate(spec, lock)
+    inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
+                                 else {"inventory": sandbox_inventory_source(spec)})
     data = plan_data(spec, result, inventory)
     if as_json:
-        typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        typer.echo(dumps(data))
     else:
         _print(Console(), data)

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.errors import ConfigError
+from gpufleet.cli.contract import contract, dumps, parse_failure
+from gpufleet.errors import ConfigProblem, InputError
 from gpufleet.validation.bench import BenchVerdict
 from gpufleet.validation.health import NodeHealth
 
@@ -27,12 +27,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
-
-
-def _fail_config(e: ConfigError) -> None:
-    for p in e.problems:
-        console.print(f"[red]error[/red] {p}", highlight=False)
-    raise typer.Exit(2)
 
 
 def print_nodes(nodes: list[NodeHealth]) -> None:
@@ -64,27 +58,36 @@ def print_bench(verdicts: list[BenchVerdict]) -> None:
 
 
 def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
-    from gpufleet.catalog import get_gpu
+    from gpufleet.catalog import GPUS, get_gpu
+    from gpufleet.inputs import read_text
     from gpufleet.parsers import ParseError
     from gpufleet.parsers.nccl import parse_nccl
     from gpufleet.validation.bench import gate_result, split_log
 
+    if gpu not in GPUS:
+        import difflib
+
+        close = difflib.get_close_matches(gpu, list(GPUS), n=1)
+        raise InputError([ConfigProblem("--gpu", "--gpu", gpu, "unknown GPU model",
+                                        (f"did you mean {close[0]}? " if close else "")
+                                        + f"known: {', '.join(sorted(GPUS))}")], kind="invalid option")
     model = get_gpu(gpu)
+    # Read every file first: a missing or unreadable one fails before anything is gated or printed.
+    texts = [(f, read_text(f, "log")) for f in files]
     verdicts = []
-    for f in files:
-        text = f.read_text()
+    for f, text in texts:
         parts = split_log(text) or {"": text}
         for coll, body in parts.items():
             label = f"{f.stem}:{coll}" if coll else f.stem
             try:
                 result = parse_nccl(body)
             except ParseError as e:
-                console.print(f"[red]{label}[/red]: {e}", highlight=False)
-                raise typer.Exit(1) from None
+                raise parse_failure(str(f) + (f" ({coll})" if coll else ""), e) from None
             verdicts.append(gate_result(result, model, label, collective=coll or None))
     return verdicts
 
 
+@contract
 def validate_command(
     stack: StackOpt = "local",
     json_out: JsonOpt = False,
@@ -100,11 +103,7 @@ def validate_command(
     from gpufleet.validation.run import run_validation
     from gpufleet.workflow import resolve_stack
 
-    try:
-        resolved = resolve_stack(stack)
-    except ConfigError as e:
-        _fail_config(e)
-        return
+    resolved = resolve_stack(stack)
     spec = resolved.spec
     raw_dir = report / "raw" if report is not None else None
     result = run_validation(resolved, limit=limit, raw_dir=raw_dir, ib_rate_gbps=ib_rate, console=console,
@@ -113,8 +112,9 @@ def validate_command(
     if nccl:
         pool = next((p for p in spec.gpu_pools if p.gpu), None)
         if pool is None or pool.gpu is None:
-            console.print("[red]error[/red] --nccl needs a GPU pool in the stack (its model decides the gate)")
-            raise typer.Exit(2)
+            raise InputError.one(str(stack), "--nccl needs a GPU pool in the stack (its model decides the gate)",
+                                 "add a gpu pool to the stack, or gate the logs with `gpufleet bench bench-gate "
+                                 "--gpu MODEL`", key="gpufleet:pools", kind="invalid option")
         verdicts = _gate_logs(list(nccl), pool.gpu)
     print_nodes(result.nodes)
     if verdicts:
@@ -129,13 +129,14 @@ def validate_command(
         data = result.to_json()
         data["bench"] = [v.to_json() for v in verdicts]
         data["ok"] = result.ok and bench_ok
-        out.print_json(json.dumps(data, default=str))
+        typer.echo(dumps(data))
     ok = result.ok and bench_ok
     console.print("[green]healthy[/green]" if ok else "[red]not healthy[/red]: critical findings or failed gates")
     raise typer.Exit(0 if ok else 1)
 
 
 @app.command("bench-gate")
+@contract
 def bench_gate(
     files: Annotated[list[Path], typer.Argument(help="nccl-tests logs (text or -J JSON; combined job logs split).")],
     gpu: Annotated[str, typer.Option(help="Catalog GPU model, e.g. h100-sxm5-80gb.")],
@@ -144,13 +145,14 @@ def bench_gate(
     """Gate nccl-tests logs on the catalog's busbw gates; exit 1 when one fails or lacks a large message."""
     verdicts = _gate_logs(files, gpu)
     if json_out:
-        out.print_json(json.dumps([v.to_json() for v in verdicts]))
+        typer.echo(dumps([v.to_json() for v in verdicts]))
     else:
         print_bench(verdicts)
     raise typer.Exit(0 if all(v.status not in ("fail", "missing-size") for v in verdicts) else 1)
 
 
 @app.command("bench-render")
+@contract
 def bench_render(
     stack: StackOpt = "local",
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for the sbatch scripts and manifests.")]
@@ -168,7 +170,7 @@ def bench_render(
 
     from gpufleet.catalog import get_gpu
     from gpufleet.infra.scheduling import node_taints, toleration
-    from gpufleet.spec import load_spec
+    from gpufleet.lock import load_lock
     from gpufleet.validation.bench import (
         BenchSettings,
         check_sbatch,
@@ -179,7 +181,8 @@ def bench_render(
         validate_manifest,
     )
 
-    spec = load_spec(stack)
+    # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
+    spec, _lock = load_lock(stack)
     directive: Literal["gpus-per-node", "gres", "none"] = (
         "gres" if gpus_directive == "gres" else "none" if gpus_directive == "none" else "gpus-per-node")
     env = {k: v for k, v in (("NCCL_IB_HCA", spec.networks.ib_hca),

@@ -158,4 +158,4 @@ class AnsibleExecutor:
 
 
 def dump(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, default=str)
+    return json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False)

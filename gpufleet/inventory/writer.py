@@ -5,6 +5,11 @@ Layout under ``out_dir`` (normally ``inventories/<stack>/``)::
     hosts.yml                       all -> children: gpu, system, pool_<name> (hosts with ansible_host)
     group_vars/all/versions.yml     the version lock (written by gpufleet.lock.write_group_vars)
     group_vars/all/cluster.yml      stack, cluster name, pools (gpu model, power limit, fabric), storage
+
+Every string value that comes from a stack is written with Ansible's ``!unsafe`` tag: Ansible reads it as
+data and never templates it, so a value such as ``{{ lookup('pipe', 'id') }}`` cannot run a command on the
+control host (the values are also validated to their grammar in gpufleet.spec). Read these files back with
+gpufleet.inputs.load_yaml, which knows the tag.
 """
 
 from __future__ import annotations
@@ -13,10 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufleet import REPO_ROOT
 from gpufleet.infra.scheduling import node_taints
+from gpufleet.inputs import dump_unsafe_yaml
 from gpufleet.spec import ClusterSpec, Host, NodePool
 
 INVENTORIES_DIR = REPO_ROOT / "inventories"
@@ -43,7 +47,7 @@ def _host_vars(host: Host, pool: str) -> dict[str, Any]:
 
 def _dump(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    path.write_text(HEADER + dump_unsafe_yaml(data))
 
 
 def cluster_vars(spec: ClusterSpec) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import yaml
 
 from gpufleet.lock.digest import write_lock_digest
 from gpufleet.lock.model import Lock
+from gpufleet.lock.repository import NVIDIA_REPO_KEY_FINGERPRINT
 
 GPU_OPERATOR_CHART = "gpu-operator"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
@@ -67,6 +68,7 @@ def render_ansible_vars(lock: Lock) -> dict[str, Any]:
         "rdma_stack": lock.rdma,
         "lustre_client_version": lock.lustre_client,
         "kernel_version": lock.kernel,
+        "gpufleet_nvidia_repo_key_fingerprint": NVIDIA_REPO_KEY_FINGERPRINT,
     }
 
 

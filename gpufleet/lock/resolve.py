@@ -48,7 +48,7 @@ def resolve_lock(spec: ClusterSpec, stack_file: Path | None = None) -> Lock:
         else:
             applied[key] = str(value)
     if profile is None:
-        raise ConfigError(problems)
+        raise ConfigError(problems, kind="version lock problem")
     values.update(applied)
     for key in FOLLOW_DRIVER:
         if key not in applied:
@@ -68,7 +68,7 @@ def resolve_lock(spec: ClusterSpec, stack_file: Path | None = None) -> Lock:
     })
     problems.extend(check_lock(spec, lock, file))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems, kind="version lock problem")
     return lock
 
 

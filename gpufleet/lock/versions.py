@@ -28,7 +28,8 @@ FORMATS: dict[str, tuple[str, str]] = {
 
 def matches_format(key: str, value: str) -> bool:
     pattern, _ = FORMATS[key]
-    return re.match(pattern, value) is not None
+    # fullmatch: with re.match, "$" also matches before a trailing newline ("570.172.08\n" would pass).
+    return re.fullmatch(pattern, value) is not None
 
 
 def vtuple(version: str) -> tuple[int, ...]:

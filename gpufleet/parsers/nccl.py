@@ -18,8 +18,11 @@ parses: the non-zero ``wrong`` counts and ``out_of_bounds`` are in the result fo
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -110,11 +113,19 @@ class NcclResult:
         )
 
 
+def _finite(value: float, what: Any) -> float:
+    # float() reads "nan", "inf" and "1e999": none is a measurement, and an infinite busbw would pass the gate.
+    if not math.isfinite(value):
+        raise ParseError(f"not a finite number in the result table: {what!r}")
+    return value
+
+
 def _number(token: str) -> float:
     try:
-        return float(token)
+        number = float(token)
     except ValueError:
         raise ParseError(f"not a number in the result table: {token!r}") from None
+    return _finite(number, token)
 
 
 def _wrong(token: str) -> int | None:
@@ -168,18 +179,27 @@ def _collective(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _parse_text(text: str) -> NcclResult:
-    lines = [_strip(raw) for raw in text.splitlines()]
-    failures = [ln for ln in lines if any(p.search(ln) for p in _FAILURES)]
-    if failures:
-        raise ParseError("nccl-tests run failed", details=failures)
-
+def _parse_text(lines: Iterable[str]) -> NcclResult:
+    """One pass over the log's lines: memory grows with the result rows, not with the log."""
+    failures: list[str] = []
     has_root, per_half = True, 4
     rows: list[NcclRow] = []
     devices: list[NcclDevice] = []
     avg: float | None = None
     oob: int | None = None
-    for line in lines:
+    starting: str | None = None
+    binary: str | None = None
+    for raw in lines:
+        if starting is None and (m := _STARTING.search(raw)):
+            starting = m.group(1)
+        if binary is None and (m := _BINARY.search(raw)):
+            binary = m.group(1)
+        line = _strip(raw)
+        if any(p.search(line) for p in _FAILURES):
+            failures.append(line)
+            continue
+        if failures:
+            continue
         if line.startswith("#"):
             tokens = line.lstrip("#").split()
             if tokens[:3] == ["size", "count", "type"]:
@@ -193,19 +213,21 @@ def _parse_text(text: str) -> NcclResult:
             elif m := _OOB.match(line):
                 oob = int(m.group(1))
             elif m := _AVG.match(line):
-                avg = float(m.group(1))
+                avg = _number(m.group(1))
             continue
         row = _row(line.split(), has_root, per_half)
         if row is not None:
             rows.append(row)
 
+    if failures:
+        raise ParseError("nccl-tests run failed", details=failures)
     if not rows:
         raise ParseError(
             "no nccl-tests result rows found (expected lines like "
             "'  1073741824  268435456  float  sum  -1  8109.1  132.41  231.72  0 ...')"
         )
     return NcclResult(
-        collective=_collective(text),
+        collective=starting or binary,
         nranks=len(devices) or None,
         rows=rows,
         avg_busbw_gbs=avg,
@@ -214,42 +236,74 @@ def _parse_text(text: str) -> NcclResult:
     )
 
 
+def _json_float(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ParseError(f"nccl-tests JSON: {what} is not a number: {value!r}"[:300])
+    try:
+        number = float(value)
+    except ValueError:
+        raise ParseError(f"nccl-tests JSON: {what} is not a number: {value!r}"[:300]) from None
+    return _finite(number, value)
+
+
+def _json_int(value: Any, what: str) -> int:
+    number = _json_float(value, what)
+    if number != int(number):
+        raise ParseError(f"nccl-tests JSON: {what} is not an integer: {value!r}"[:300])
+    return int(number)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ParseError(f"nccl-tests JSON holds {name}, which is not JSON and not a measurement")
+
+
 def _json_measurement(d: Any) -> Measurement | None:
     if not isinstance(d, dict):
         return None
     nwrong = d.get("nwrong")
     # "cpu_time" replaces "time" when the run used -C (report CPU time).
-    time = d["time"] if "time" in d else d["cpu_time"]
+    time = d.get("time", d.get("cpu_time"))
     return Measurement(
-        time_us=float(time),
-        algbw_gbs=float(d["alg_bw"]),
-        busbw_gbs=float(d["bus_bw"]),
-        wrong=None if nwrong is None else int(nwrong),
+        time_us=_json_float(time, "time"),
+        algbw_gbs=_json_float(d.get("alg_bw"), "alg_bw"),
+        busbw_gbs=_json_float(d.get("bus_bw"), "bus_bw"),
+        wrong=None if nwrong is None else _json_int(nwrong, "nwrong"),
     )
 
 
 def _parse_json(text: str) -> NcclResult:
     """The file ``-J``/``--output_file`` writes (JSON_FILE_VERSION 2 in nccl-tests' util.cu)."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
+        doc = json.loads(text, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ParseError(f"not valid nccl-tests JSON ({e})") from None
-    if not isinstance(doc, dict) or "results" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ParseError("nccl-tests JSON has no 'results' list; is it the file -J wrote?")
+    try:
+        return _json_result(doc)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        if isinstance(e, ParseError):
+            raise
+        raise ParseError(f"nccl-tests JSON of an unexpected shape ({type(e).__name__}: {str(e)[:200]}); "
+                         "is it the file -J wrote?") from None
+
+
+def _json_result(doc: dict[str, Any]) -> NcclResult:
     errors = [e for e in doc.get("errors") or [] if e]
     if errors:
         raise ParseError("nccl-tests run failed", details=[str(e) for e in errors])
     config = doc.get("config") or {}
     devices = [
         NcclDevice(
-            rank=int(d["rank"]), host=str(d["hostname"]), device=int(d["device"]), name=str(d["device_info"])
+            rank=_json_int(d["rank"], "rank"), host=str(d["hostname"]), device=_json_int(d["device"], "device"),
+            name=str(d["device_info"])
         )
         for d in config.get("devices") or doc.get("devices") or []
     ]
     rows = [
         NcclRow(
-            size_bytes=int(r["size"]),
-            count=int(r["count"]),
+            size_bytes=_json_int(r["size"], "size"),
+            count=_json_int(r["count"], "count"),
             type=str(r["type"]),
             redop=str(r["redop"]),
             out_of_place=_json_measurement(r.get("out_of_place")),
@@ -266,8 +320,8 @@ def _parse_json(text: str) -> NcclResult:
         collective=_collective(" ".join(str(a) for a in args[:1])),
         nranks=len(devices) or None,
         rows=rows,
-        avg_busbw_gbs=float(avg["bandwidth"]) if "bandwidth" in avg else None,
-        out_of_bounds=int(oob["count"]) if "count" in oob else None,
+        avg_busbw_gbs=_json_float(avg["bandwidth"], "bandwidth") if "bandwidth" in avg else None,
+        out_of_bounds=_json_int(oob["count"], "out_of_bounds.count") if "count" in oob else None,
         devices=devices,
     )
 
@@ -276,4 +330,17 @@ def parse_nccl(text: str) -> NcclResult:
     """Parse an nccl-tests log (text) or its ``-J`` JSON file; raise ParseError for failed runs."""
     if text.lstrip().startswith("{"):
         return _parse_json(text)
-    return _parse_text(text)
+    return _parse_text(text.splitlines())
+
+
+def parse_nccl_lines(lines: Iterable[str]) -> NcclResult:
+    """:func:`parse_nccl` over lines as they are read (gpufleet.inputs.iter_lines): a large log streams."""
+    it = iter(lines)
+    head: list[str] = []
+    for line in it:
+        head.append(line)
+        if line.strip():
+            break
+    if head and head[-1].lstrip().startswith("{"):
+        return _parse_json("\n".join(itertools.chain(head, it)))
+    return _parse_text(itertools.chain(head, it))

@@ -7,6 +7,7 @@ that runs. Either way the command resolves its stack once (``gpufleet.workflow.r
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,7 +49,21 @@ def node_vars(path: Path = NODE_VARS_FILE) -> dict[str, Any]:
 
 def sandbox_vars() -> dict[str, Any]:
     """``group_vars/all/sandbox.yml`` of the local stack's inventory."""
-    return {**node_vars(), **CLUSTER_VARS}
+    return {**node_vars(), **CLUSTER_VARS, **fixture_repo_key_vars()}
+
+
+def fixture_repo_key_vars() -> dict[str, str]:
+    """The fixture repository's signing key fingerprint (a throwaway key per cold build) as its builder recorded it:
+    the sandbox's nvidia_repo role checks the served key against it instead of NVIDIA's. (Molecule reads the same
+    record through the lookup in molecule/shared/base.yml; here the value itself is written.)"""
+    from gpufleet.sandbox.cluster import FIXTURE_REPO_DIR
+
+    try:
+        stamp = json.loads((FIXTURE_REPO_DIR / ".stamp").read_text())
+    except (OSError, ValueError):
+        return {}
+    fingerprint = stamp.get("fingerprint") if isinstance(stamp, dict) else None
+    return {"nvidia_repo_key_fingerprint": fingerprint} if isinstance(fingerprint, str) else {}
 
 
 def machine_capacity(meminfo: Path = Path("/proc/meminfo")) -> int:

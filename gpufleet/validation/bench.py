@@ -69,7 +69,25 @@ def _env() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              autoescape=False)  # shell and YAML, not HTML
     env.filters["shell_quote"] = lambda v: shlex.quote(str(v))
+    env.filters["word"] = word
     return env
+
+
+#: What an ``#SBATCH`` value or a word inside double quotes may hold: no space, quote, $, ` or line break.
+_WORD = re.compile(r"[A-Za-z0-9._,:/%=@+-]+")
+
+
+def word(value: object) -> str:
+    """``value`` when it is one plain word; raises otherwise (the templates' defence against line injection).
+
+    ``#SBATCH`` lines cannot be quoted (sbatch reads them up to the first non-comment line), so a value with
+    a newline would become a shell line of the job. Stack values are validated at the source (gpufleet.spec);
+    this refuses anything that got past it.
+    """
+    text = str(value)
+    if _WORD.fullmatch(text) is None:
+        raise ValueError(f"refusing to render {text[:80]!r} into a job script: not a single plain word")
+    return text
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from rich.console import Console
 
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
 from gpufleet.catalog import get_gpu
+from gpufleet.inputs import load_yaml
 from gpufleet.lock import Lock
 from gpufleet.spec import ClusterSpec
 from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evaluate_node, unreachable
@@ -50,7 +50,7 @@ def expectations_for(spec: ClusterSpec, lock: Lock, pool_name: str | None,
 
 def inventory_hosts(inventory: Path, group: str = "gpu") -> dict[str, str | None]:
     """Hosts of ``group`` in a gpufleet-written hosts.yml, with their pool (from the ``pool_<name>`` groups)."""
-    data = yaml.safe_load(inventory.read_text()) or {}
+    data = load_yaml(inventory) or {}
     children: dict[str, Any] = (data.get("all") or {}).get("children") or {}
     pools: dict[str, str] = {}
     for name, grp in children.items():
