@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufleet import REPO_ROOT
+from gpufleet.inputs import load_yaml
 from gpufleet.inventory import write_inventory
 from gpufleet.lock import resolve_lock, write_group_vars
 from gpufleet.spec import ClusterSpec, Host
@@ -21,7 +20,8 @@ SAMPLE = REPO_ROOT / "inventories" / "sample"
 
 
 def _files(root: Path) -> dict[str, Any]:
-    return {str(p.relative_to(root)): yaml.safe_load(p.read_text()) for p in sorted(root.rglob("*.yml"))}
+    # gpufleet.inputs.load_yaml reads the !unsafe tags gpufleet writes on stack values as plain strings.
+    return {str(p.relative_to(root)): load_yaml(p) for p in sorted(root.rglob("*.yml"))}
 
 
 def _spec_of(files: dict[str, Any]) -> tuple[ClusterSpec, dict[str, list[Host]]]:

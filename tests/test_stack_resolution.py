@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult
 from gpufleet.cli import app
+from gpufleet.inputs import load_yaml
 from gpufleet.sandbox import backend
 from gpufleet.sandbox.cluster import NodeState, planned_nodes
 from gpufleet.spec import ClusterSpec
@@ -44,7 +45,8 @@ class Sandbox:
         return [NodeState(n, True, None) for n in nodes]
 
     def run_playbook(self, playbook: Path, inventory: Path, **_: Any) -> RunResult:
-        self.inventories.append(yaml.safe_load(inventory.read_text()))
+        # Inventories tag stack values !unsafe: read them as Ansible does, with gpufleet's loader.
+        self.inventories.append(load_yaml(inventory))
         return RunResult(rc=0)
 
 
@@ -130,7 +132,8 @@ def test_the_sandbox_reads_molecules_node_vars(sandbox: Sandbox, tmp_path: Path)
     written = yaml.safe_load((tmp_path / "inventories/local/group_vars/all/sandbox.yml").read_text())
     base = yaml.safe_load((REPO_ROOT / "molecule" / "shared" / "base.yml").read_text())
     node_vars = base["provisioner"]["inventory"]["group_vars"]["all"]
-    assert written == {**node_vars, **backend.CLUSTER_VARS}
+    # The fixture repository's key fingerprint is the value its builder recorded (molecule reads it by lookup).
+    assert written == {**node_vars, **backend.CLUSTER_VARS, **backend.fixture_repo_key_vars()}
     assert {"nvidia_repo_base_url", "node_validation_kernel_log_file", "slurm_task_plugin"} <= set(node_vars)
 
 
