@@ -109,7 +109,7 @@ def test_later_commands_see_the_sandbox_that_runs(sandbox: Sandbox) -> None:
 def test_gpu_nodes_beyond_the_machine_is_a_config_error(sandbox: Sandbox, n: int, rule: str) -> None:
     r = runner.invoke(app, ["up", "--stack", "local", "--gpu-nodes", str(n)])
     assert r.exit_code == 1
-    assert f"error {LOCAL}: --gpu-nodes = {n}: {rule}. Fix: pass --gpu-nodes between 1 and 63" in r.output
+    assert f"- {LOCAL}: --gpu-nodes = {n}: {rule}. Fix: pass --gpu-nodes between 1 and 63" in r.output
     assert sandbox.started == [] and sandbox.inventories == []
 
 
