@@ -274,7 +274,7 @@ class LockConfig(_Strict):
 
     profile: str = Field(**_doc("Version profile (gpufleet/lock/profiles.yaml).", "h100-cuda12.8"))
     versions: dict[str, str] = Field(default_factory=dict, **_doc(
-        "Single-entry version overrides (docs/version-lock.md).", {"driver": "570.172.08"}))
+        "Single-entry version overrides (docs/version-lock.md).", {"dcgm": "4.4.1"}))
     cuda_compat: Literal["strict", "minor-version"] = Field("strict", **_doc(
         "strict: NVIDIA's per-toolkit minimum driver; minor-version: CUDA minor version compatibility.",
         "strict"))
