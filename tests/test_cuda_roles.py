@@ -85,6 +85,9 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("nccl", {"cuda_toolkit_version": "12.9.1", "nccl_allow_older_cuda_build": True,
               "nccl_version": "2.28.3-1+cuda13.0"}, "is built for CUDA 13.0"),
     ("nccl", {"cuda_toolkit_version": "12.8.1", "nccl_conf": {"ib_hca": "mlx5"}}, "a dict of NCCL_* names"),
+    # Every package role's preflight passes on the generated layer's defaults alone (standalone run).
+    ("nvidia_container_toolkit", {}, None),
+    ("dcgm", {}, None),
 ]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.lock import packages as naming
+from gpufleet.lock.compat import KNOWN_NCCL
 
 #: Driver branch -> driver versions, oldest first.
 DRIVERS: dict[int, tuple[str, ...]] = {
@@ -41,16 +42,9 @@ CUDNN: dict[int, tuple[str, ...]] = {
     13: ("9.12.0.46", "9.13.0.50"),
 }
 
-#: NCCL versions (``libnccl2``/``libnccl-dev``), as ``<nccl>-1+cuda<X.Y>``.
-NCCL: tuple[str, ...] = (
-    "2.21.5-1+cuda12.4",
-    "2.25.1-1+cuda12.8",
-    "2.26.2-1+cuda12.8",
-    "2.26.5-1+cuda12.9",
-    "2.27.3-1+cuda12.9",
-    "2.27.7-1+cuda13.0",
-    "2.28.3-1+cuda13.0",
-)
+#: NCCL versions (``libnccl2``/``libnccl-dev``), as ``<nccl>-1+cuda<X.Y>``: every build the lock knows
+#: (gpufleet.lock.compat.KNOWN_NCCL, which suggests fixes from them), so each suggestion can be converged here.
+NCCL: tuple[str, ...] = KNOWN_NCCL
 
 DCGM: tuple[str, ...] = ("1:4.2.3-1", "1:4.4.1-1")
 
