@@ -186,6 +186,12 @@ CASES: list[Case] = [
          "not UTF-8 text", {"b.bin": bytes(range(256))}),
     Case("bench-gate-inf-busbw", ["bench", "bench-gate", "{dir}/inf.txt", "--gpu", "h100-sxm5-80gb", "--json"], 1,
          "not a finite number", {"inf.txt": nccl_row("inf")}),
+    stack_case("bench-render-unknown-gpu", stack(pools=POOLS.replace("gpu: h100-sxm5-80gb", "gpu: h100-sxm5")),
+               "h100-sxm5", argv=("bench", "bench-render", "--out", "{dir}/bench")),
+    stack_case("bench-render-stack-binary", b"\x00\xff\xfe binary", "not UTF-8 text",
+               argv=("bench", "bench-render", "--out", "{dir}/bench")),
+    stack_case("bench-render-stack-directory", None, "is a directory",
+               argv=("bench", "bench-render", "--out", "{dir}/bench")),
     # --- the CLI framework's own usage errors keep exit 2 ---
     Case("usage-missing-option", ["bench", "bench-gate", "x.txt"], 2, "Missing option '--gpu'"),
 ]

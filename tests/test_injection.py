@@ -155,3 +155,45 @@ def test_inventory_values_reach_ansible_as_data(tmp_path: Path) -> None:
     (inv / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster_vars(spec)))
     _ansible(hosts_file, play, env)
     assert marker.exists(), "the control case should have run the lookup (test not sensitive)"
+
+
+SLURM_PLAY = """\
+- name: Render slurm.conf as the slurm role does
+  hosts: ctl
+  connection: local
+  gather_facts: false
+  vars_files: [{defaults}]
+  tasks:
+    - name: Render
+      ansible.builtin.copy:
+        content: "{{{{ lookup('ansible.builtin.template', '{template}') }}}}"
+        dest: "{out}"
+        mode: "0644"
+"""
+
+
+@pytest.mark.parametrize(("compute", "ok"), [("gpu-0", True), ("'gpu-0\\nSlurmUser=root'", False),
+                                             ("'gpu-0 CPUs=999'", False)])
+def test_slurm_conf_refuses_a_host_name_that_would_add_lines(tmp_path: Path, compute: str, ok: bool) -> None:
+    """A hand-written inventory skips gpufleet's validation: the template itself refuses a name that is not a word."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    system:\n      hosts:\n        ctl: {}\n"
+                         f"    gpu:\n      hosts:\n        {compute}: {{}}\n")
+    out = tmp_path / "slurm.conf"
+    play = tmp_path / "play.yml"
+    roles = Path(__file__).resolve().parents[1] / "roles" / "slurm"
+    play.write_text(SLURM_PLAY.format(defaults=roles / "defaults" / "main.yml",
+                                      template=roles / "templates" / "slurm.conf.j2", out=out))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")} | {
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1"}
+    ran = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play),
+                          "-e", "slurm_gpus_per_node=0", "-e", f"ansible_python_interpreter={sys.executable}"],
+                         capture_output=True, text=True, env=env, timeout=180,
+                         check=False)
+    if ok:
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "NodeName=gpu-0 CPUs=1 RealMemory=1024 State=UNKNOWN\n" in out.read_text()
+    else:
+        assert ran.returncode != 0
+        assert "slurm.conf: not a single word: gpu-0" in ran.stdout
+        assert not out.exists()
