@@ -32,8 +32,8 @@ CLUSTER_VARS: dict[str, Any] = {
     "slurm_node_cpus": 16,
 }
 
-#: Memory a converged node takes (systemd, slurmd, the simulator's daemons, sshd): docker stats shows
-#: 40-70 MiB per node on the sandbox; the budget leaves room for the converge's Python modules and apt.
+#: Memory budget per node. A converged GPU node (systemd, slurmd, the simulator's daemons) holds about 31 MiB
+#: (docker stats after `gpufleet up --gpu-nodes 3`); the budget leaves room for a converge's apt and modules.
 NODE_MEMORY_MIB = 256
 
 
