@@ -28,7 +28,10 @@ def _render(tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> tuple[subproces
     for name, hv in hosts.items():
         if "matrix" in hv:
             smi = tmp_path / f"nvidia-smi-{name}"
-            smi.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'topo -m' ] && exec cat '{REAL / hv.pop('matrix')}'\nexit 9\n")
+            matrix = hv.pop("matrix")
+            body = (f"[ \"$1 $2\" = 'topo -m' ] && exec cat '{REAL / matrix}'\nexit 9" if matrix else
+                    "echo 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18")
+            smi.write_text(f"#!/bin/sh\n{body}\n")
             smi.chmod(0o755)
             hv["nccl_nvidia_smi"] = str(smi)
     inventory = {"all": {"hosts": {n: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
@@ -59,6 +62,8 @@ def test_hcas_in_gpu_order_socket_on_data_network_and_refusals(tmp_path: Path) -
         "mgmt": {"matrix": H100, **ib, "nccl_socket_ifname": "lo", "nccl_management_cidr": "127.0.0.0/8"},
         # Broken on purpose: the stack's HCA family matches no HCA near a GPU.
         "nohca": {"matrix": H200, **ib, "nccl_hca_filter": "=mlx5_1,mlx5_2"},
+        # nvidia-smi fails (a driver/library mismatch until reboot): the file is left as it is, not failed on.
+        "mismatch": {"matrix": "", **ib},
     })
     assert res.returncode == 2, res.stdout + res.stderr  # the two broken hosts fail, the others render
     h100 = (out / "h100.conf").read_text()
@@ -81,6 +86,9 @@ def test_hcas_in_gpu_order_socket_on_data_network_and_refusals(tmp_path: Path) -
     assert _settings(efa) == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
     assert "NCCL_SOCKET_IFNAME not written: the stack declares no data network" in efa
     assert not (out / "mgmt.conf").exists() and not (out / "nohca.conf").exists()
+    assert not (out / "mismatch.conf").exists()
+    assert "nccl: /etc/nccl.conf on mismatch left as it is:" in res.stdout
+    assert "Driver/library version mismatch" in res.stdout
     assert "selects lo, on the management network 127.0.0.0/8" in res.stdout
     assert "no HCA near a GPU passes nccl_hca_filter==mlx5_1,mlx5_2" in res.stdout
 

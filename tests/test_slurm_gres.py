@@ -48,21 +48,23 @@ def _gres(lines: list[str]) -> list[str]:
 def test_cores_and_links_per_gpu_on_every_host(tmp_path: Path) -> None:
     layout = "Sockets=2 CoresPerSocket=48 ThreadsPerCore=2"
     files = _render(tmp_path, H100, slurm_node_cpus=192, slurm_node_layout=layout, slurm_gres_threads_per_core=2)
-    assert files["ctl"] == files["gpu-0"] == files["gpu-1"]  # one cluster-wide file
-    lines = _gres(files["ctl"])
-    assert len(lines) == 16
-    assert lines[0] == "NodeName=gpu-0 Name=gpu File=/dev/nvidia0 Cores=0-47 Links=-1,18,18,18,18,18,18,18"
-    assert lines[12] == "NodeName=gpu-1 Name=gpu File=/dev/nvidia4 Cores=48-95 Links=18,18,18,18,-1,18,18,18"
+    # Each compute node carries its own lines (slurmd reports them when it registers); the controller none.
+    assert _gres(files["ctl"]) == []
+    lines = _gres(files["gpu-1"])
+    assert len(lines) == 8 and all(ln.startswith("NodeName=gpu-1 ") for ln in lines)
+    gpu0 = _gres(files["gpu-0"])[0]
+    assert gpu0 == "NodeName=gpu-0 Name=gpu File=/dev/nvidia0 Cores=0-47 Links=-1,18,18,18,18,18,18,18"
+    assert lines[4] == "NodeName=gpu-1 Name=gpu File=/dev/nvidia4 Cores=48-95 Links=18,18,18,18,-1,18,18,18"
 
 
 def test_cores_left_out_with_the_reason_when_slurm_conf_declares_fewer(tmp_path: Path) -> None:
     # The sandbox declares 16 CPUs per node: the real board's core indices (up to 95) would be rejected by slurmd.
     files = _render(tmp_path, H100, slurm_node_cpus=16, slurm_gres_threads_per_core=2)
-    assert _gres(files["ctl"])[0] == "NodeName=gpu-0 Name=gpu File=/dev/nvidia0 Links=-1,18,18,18,18,18,18,18"
-    assert "# Cores= left out: the topology's core indices reach 95, slurm.conf declares 16 cores" in files["ctl"]
+    assert _gres(files["gpu-0"])[0] == "NodeName=gpu-0 Name=gpu File=/dev/nvidia0 Links=-1,18,18,18,18,18,18,18"
+    assert "# Cores= left out: the topology's core indices reach 95, slurm.conf declares 16 cores" in files["gpu-0"]
 
 
 def test_pcie_board_has_cores_and_no_links(tmp_path: Path) -> None:
     files = _render(tmp_path, RTX, slurm_node_cpus=64, slurm_gpus_per_node=4, slurm_gres_threads_per_core=1)
-    assert _gres(files["ctl"])[:4] == [f"NodeName=gpu-0 Name=gpu File=/dev/nvidia{i} Cores={c}"
+    assert _gres(files["gpu-0"]) == [f"NodeName=gpu-0 Name=gpu File=/dev/nvidia{i} Cores={c}"
                                         for i, c in enumerate(["0-31", "0-31", "32-63", "32-63"])]
