@@ -182,6 +182,30 @@ class Host(_Strict):
 PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 
 
+#: Image of an AWS pool: the EKS-optimized Amazon Linux 2023 AMI (no NVIDIA driver: the GPU Operator's driver
+#: container or Ansible installs the lock's driver) or your own AMI by id.
+AWS_IMAGE = r"^(eks-standard|ami-[0-9a-f]{8,17})$"
+
+
+class Capacity(_Strict):
+    """Where a cloud pool's machines come from: on-demand, an On-Demand Capacity Reservation, or a Capacity
+    Block for ML (both named by their reservation id)."""
+
+    type: Literal["on-demand", "reservation", "capacity-block"] = Field("on-demand", **_doc(
+        "on-demand, reservation (On-Demand Capacity Reservation) or capacity-block (Capacity Block for ML).",
+        "capacity-block"))
+    reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$", **_doc(
+        "The reservation's id (types reservation and capacity-block).", "cr-0123456789abcdef0"))
+
+    @model_validator(mode="after")
+    def _check(self) -> Capacity:
+        if self.type != "on-demand" and self.reservation_id is None:
+            raise ValueError(f"capacity type {self.type} needs reservation_id (cr-...)")
+        if self.type == "on-demand" and self.reservation_id is not None:
+            raise ValueError("reservation_id is only for capacity type reservation or capacity-block")
+        return self
+
+
 class NodePool(_Strict):
     name: DnsLabel = Field(**_doc("Pool name (DNS-1123 label); Ansible group pool_<name>.", "h100-a"))
     role: Literal["system", "gpu"] = Field(**_doc("system (control plane, services) or gpu.", "gpu"))
@@ -208,6 +232,12 @@ class NodePool(_Strict):
         "Power limit of every GPU: watts, default, max or <n>% of default.", "700"))
     hosts: list[Host] = Field(default_factory=list, **_doc(
         "Static hosts (existing backend).", [{"name": "gpu-a-0", "address": "192.0.2.20"}]))
+    image: str | None = Field(None, pattern=AWS_IMAGE, **_doc(
+        "Cloud pools: the machine image. AWS: eks-standard (the EKS Amazon Linux 2023 AMI without NVIDIA "
+        "driver; default) or your AMI by id (ami-...).", "eks-standard"))
+    capacity: Capacity = Field(default_factory=Capacity, **_doc(
+        "Cloud pools: on-demand, an On-Demand Capacity Reservation or a Capacity Block.",
+        {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}))
 
     @model_validator(mode="after")
     def _check(self) -> NodePool:
@@ -335,6 +365,69 @@ class Drift(_Strict):
         return self
 
 
+class AwsAccessEntry(_Strict):
+    """An IAM principal allowed into the EKS cluster (an EKS access entry with one access policy)."""
+
+    principal_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$", **_doc(
+        "IAM role or user ARN.", "arn:aws:iam::111122223333:role/gpufleet-admins"))
+    policy: Literal["AmazonEKSClusterAdminPolicy", "AmazonEKSAdminPolicy", "AmazonEKSEditPolicy",
+                    "AmazonEKSViewPolicy"] = Field("AmazonEKSClusterAdminPolicy", **_doc(
+                        "EKS access policy, cluster scope.", "AmazonEKSClusterAdminPolicy"))
+
+
+class Aws(_Strict):
+    """Settings of the aws backend (stack key ``gpufleet:aws``)."""
+
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$", **_doc("AWS region.", "us-east-1"))
+    availability_zones: list[str] = Field(min_length=2, **_doc(
+        "Zones of the private subnets (EKS needs two); GPU pools and FSx use the first (cluster placement).",
+        ["us-east-1a", "us-east-1b"]))
+    vpc_cidr: str = Field("10.0.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/(1[6-9]|20)$", **_doc(
+        "VPC address range, /16 to /20.", "10.20.0.0/16"))
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.\d{2}$", **_doc("EKS Kubernetes version.", "1.33"))
+    endpoint_public_access: bool = Field(False, **_doc(
+        "Also expose the API server publicly (default: reachable from inside the VPC only).", False))
+    public_access_cidrs: list[str] = Field(default_factory=list, **_doc(
+        "Addresses allowed to the public endpoint (with endpoint_public_access).", ["203.0.113.0/24"]))
+    access_entries: list[AwsAccessEntry] = Field(default_factory=list, **_doc(
+        "IAM principals allowed into the cluster.",
+        [{"principal_arn": "arn:aws:iam::111122223333:role/gpufleet-admins"}]))
+    ansible_connection: Literal["ssm", "ssh"] = Field("ssm", **_doc(
+        "How Ansible reaches nodes of ansible-managed pools: SSM Session Manager or SSH.", "ssm"))
+    ssm_bucket: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", **_doc(
+        "S3 bucket amazon.aws.aws_ssm stages files in (required with ssm and an ansible pool).",
+        "example-ssm-staging"))
+    ssh_user: str = Field("ec2-user", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", **_doc(
+        "SSH login user (ansible_connection ssh).", "ec2-user"))
+    lustre_s3_path: str | None = Field(
+        None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$", **_doc(
+            "S3 data repository linked to the datasets file system (auto-import).", "s3://example-datasets/corpus"))
+
+    @model_validator(mode="after")
+    def _check(self) -> Aws:
+        try:
+            ipaddress.IPv4Network(self.vpc_cidr)
+        except ValueError as e:
+            raise ValueError(f"vpc_cidr {self.vpc_cidr} is not a network address: {e}") from None
+        if len(self.availability_zones) > 7:
+            raise ValueError("at most 7 availability zones (the VPC is cut in eighths, one holds the NAT subnets)")
+        wrong = [z for z in self.availability_zones if not re.fullmatch(re.escape(self.region) + r"[a-z]", z)]
+        if wrong:
+            raise ValueError(f"availability zones {', '.join(wrong)} are not zones of region {self.region}")
+        if self.public_access_cidrs and not self.endpoint_public_access:
+            raise ValueError("public_access_cidrs needs endpoint_public_access: true")
+        for cidr in self.public_access_cidrs:
+            try:
+                ipaddress.IPv4Network(cidr)
+            except ValueError as e:
+                raise ValueError(f"public_access_cidrs: {cidr} is not a network address: {e}") from None
+        return self
+
+
+#: Backends whose pools are cloud node groups (autoscaled, no fixed hosts).
+CLOUD_BACKENDS = ("aws", "gcp", "azure")
+
+
 class ClusterSpec(_Strict):
     """Everything a stack says about its cluster."""
 
@@ -360,8 +453,20 @@ class ClusterSpec(_Strict):
         "Pod Security Standard of the workload namespaces.", {"level": "restricted", "enforce": False}))
     drift: Drift | None = Field(None, **_doc("The in-cluster drift check (deployed when set).",
                                              {"image": "registry.example.com/gpufleet:1.0.0"}))
+    aws: Aws | None = Field(None, **_doc("Settings of the aws backend (required with backend aws).",
+                                         {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}))
     #: Kept for the lock rules' one-lock check; a stack file's unknown keys are refused before (load_spec).
     extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cloud_defaults(cls, data: Any) -> Any:
+        # Cloud pools have no hosts Ansible could reach by address: the GPU Operator manages their GPU stack
+        # unless the pool says host_management: ansible (then a dynamic inventory finds the nodes).
+        if isinstance(data, dict) and data.get("backend") in CLOUD_BACKENDS and isinstance(data.get("pools"), list):
+            data = {**data, "pools": [{"host_management": "operator", **p} if isinstance(p, dict) else p
+                                      for p in data["pools"]]}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -394,6 +499,7 @@ _FIELDS = {
     "monitoring": "monitoring",
     "podSecurity": "pod_security",
     "drift": "drift",
+    "aws": "aws",
 }
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 
@@ -538,9 +644,72 @@ def load_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
             problems.append(ConfigProblem(str(path), _key_path(loc), value, msg, fix))
     else:
         problems.extend(_host_problems(path, spec))
+        problems.extend(cloud_problems(spec, str(path)))
     if problems:
         raise ConfigError(problems, kind="stack file problem")
     return spec
+
+
+def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
+    """What the cloud backends need beyond each field's own shape: machine types the catalog knows (with
+    their GPUs and fabric), FSx for Lustre sizes, how Ansible reaches autoscaled nodes."""
+    from gpufleet.catalog.clouds import AWS
+
+    out: list[ConfigProblem] = []
+
+    def bad(key: str, value: Any, why: str, fix: str) -> None:
+        out.append(ConfigProblem(file, f"{NAMESPACE}:{key}", value, why, fix))
+
+    if spec.backend != "aws":
+        if spec.aws is not None:
+            bad("aws", "{...}", f"gpufleet:aws is for backend aws, this stack's backend is {spec.backend}",
+                "remove gpufleet:aws or set gpufleet:backend: aws")
+        for i, pool in enumerate(spec.pools):
+            if spec.backend not in CLOUD_BACKENDS and (pool.image is not None or pool.capacity.type != "on-demand"):
+                bad(f"pools[{i}]", pool.name, "image and capacity are settings of cloud pools",
+                    f"remove image/capacity from pool {pool.name}")
+        return out
+    if spec.aws is None:
+        bad("aws", None, "the aws backend needs its region and zones",
+            "add gpufleet:aws: {region: us-east-1, availability_zones: [us-east-1a, us-east-1b]}")
+    for i, pool in enumerate(spec.pools):
+        key = f"pools[{i}]"
+        if pool.hosts:
+            bad(f"{key}.hosts", [h.name for h in pool.hosts], "cloud pools have no static hosts: their node "
+                "group makes and replaces the machines", "remove hosts (Ansible finds the nodes by their tags)")
+        itype = AWS.instance_types.get(pool.instance_type or "")
+        if itype is None:
+            bad(f"{key}.instance_type", pool.instance_type, "not an instance type gpufleet's AWS catalog knows",
+                f"use one of: {', '.join(sorted(AWS.instance_types))} (gpufleet/catalog/clouds.yaml)")
+            continue
+        if itype.gpu != pool.gpu:
+            bad(f"{key}.gpu", pool.gpu, f"{itype.name} carries {itype.gpus} x {itype.gpu or 'no GPU'}",
+                f"set gpu to {itype.gpu}" if itype.gpu else "use a GPU instance type or role system")
+        if pool.fabric in ("infiniband", "roce"):
+            bad(f"{key}.fabric", pool.fabric, "AWS instances have no InfiniBand/RoCE: their fabric is EFA",
+                "set fabric: efa (or none for a pool without inter-node GPU traffic)")
+        elif pool.fabric == "efa" and itype.efa_interfaces == 0:
+            bad(f"{key}.fabric", pool.fabric, f"{itype.name} has no EFA interface", "set fabric: none")
+    lustre = spec.storage.lustre
+    if lustre is not None:
+        if lustre.mgs_nids:
+            bad("storage.lustre.mgs_nids", lustre.mgs_nids, "the aws backend makes FSx for Lustre file systems "
+                "itself; their MGS address comes from them", "remove mgs_nids")
+        fsx = AWS.fsx_lustre
+        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
+            if vol.throughput_mbps_per_tib not in fsx.throughput_mbps_per_tib:
+                bad(f"storage.lustre.{name}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
+                    "FSx for Lustre PERSISTENT_2 offers these throughputs per TiB only",
+                    f"set one of {fsx.throughput_mbps_per_tib} ({fsx.source})")
+            if not fsx.capacity_ok(vol.capacity_gib):
+                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
+                    f"FSx for Lustre PERSISTENT_2 sizes are {fsx.capacity_gib_first} GiB or a multiple of "
+                    f"{fsx.capacity_gib_step} GiB", f"round to a multiple of {fsx.capacity_gib_step}")
+    if (spec.aws is not None and spec.aws.ansible_connection == "ssm" and spec.aws.ssm_bucket is None
+            and any(p.host_management == "ansible" for p in spec.pools)):
+        bad("aws.ssm_bucket", None, "Ansible over SSM (amazon.aws.aws_ssm) stages files in an S3 bucket",
+            "set gpufleet:aws.ssm_bucket, or ansible_connection: ssh")
+    return out
 
 
 def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:

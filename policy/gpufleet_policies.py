@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+#: The cloud catalog (machine types and their fabric), read where gpufleet keeps it: one copy of the facts.
+CLOUD_CATALOG = Path(__file__).resolve().parents[1] / "gpufleet" / "catalog" / "clouds.yaml"
 
 ROLE_LABEL = "gpufleet.io/role"
 VOLUME_LABEL = "gpufleet.io/volume"
@@ -120,6 +127,31 @@ def helm_pinned(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _true(value: Any) -> bool:
+    # pulumi-aws types some booleans of launch templates as strings ("true"/"false").
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+@cache
+def _efa_interfaces() -> dict[str, int]:
+    raw = yaml.safe_load(CLOUD_CATALOG.read_text())
+    return {name: int(t["efa_interfaces"]) for name, t in raw["aws"]["instance_types"].items()}
+
+
+def gpu_pool_has_its_fabric(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A GPU pool attaches every fabric interface its machine type supports (EFA on AWS): without them NCCL
+    falls back to TCP sockets and multi-node training runs at a fraction of its bandwidth."""
+    if resource_type != AWS_LAUNCH_TEMPLATE or pool_role(resource_type, props) != "gpu":
+        return []
+    itype = str(props.get("instanceType") or "")
+    want = _efa_interfaces().get(itype, 0)
+    have = sum(1 for n in props.get("networkInterfaces") or [] if n.get("interfaceType") in ("efa", "efa-only"))
+    if have < want:
+        return [f"{itype} supports {want} EFA interfaces, the GPU pool's launch template attaches {have}; "
+                "set the pool's fabric: efa"]
+    return []
+
+
 def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if pool_role(resource_type, props) != "gpu":
         return []
@@ -127,9 +159,9 @@ def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> l
     if resource_type == AKS_AGENT_POOL:
         public = bool(props.get("enableNodePublicIP"))
     elif resource_type == AWS_INSTANCE:
-        public = bool(props.get("associatePublicIpAddress"))
+        public = _true(props.get("associatePublicIpAddress"))
     elif resource_type == AWS_LAUNCH_TEMPLATE:
-        public = any(bool(n.get("associatePublicIpAddress")) for n in props.get("networkInterfaces") or [])
+        public = any(_true(n.get("associatePublicIpAddress")) for n in props.get("networkInterfaces") or [])
     elif resource_type == GKE_NODE_POOL:
         public = _get(props, "networkConfig", "enablePrivateNodes") is False
     if public:
@@ -156,7 +188,17 @@ def volumes_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list
     shared = sorted(handles["datasets"] & handles["checkpoints"])
     if shared:
         return [f"dataset and checkpoint volumes must be distinct; both use {', '.join(shared)}"]
+    # One inside the other shares a path too: the read-only dataset mount would see checkpoint writes.
+    nested = sorted(f"{a} / {b}" for a in handles["datasets"] for b in handles["checkpoints"]
+                    if _inside(a, b) or _inside(b, a))
+    if nested:
+        return [f"dataset and checkpoint volumes must not contain each other: {', '.join(nested)}"]
     return []
+
+
+def _inside(inner: str, outer: str) -> bool:
+    """``<nids>:/<fsname><subdir>`` handle ``inner`` lies under ``outer`` (same file system, deeper path)."""
+    return inner.startswith(outer.rstrip("/") + "/")
 
 
 ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
@@ -168,6 +210,8 @@ RESOURCE_POLICIES: dict[str, tuple[str, ResourceCheck]] = {
                                     node_patch_without_taints),
     "helm-charts-pinned": ("Helm charts are pinned to exact versions", helm_pinned),
     "no-public-ip-gpu-nodes": ("GPU nodes have no public IP addresses", no_public_ip_on_gpu_nodes),
+    "gpu-pools-have-their-fabric": ("GPU pools attach every fabric interface their machine type supports",
+                                    gpu_pool_has_its_fabric),
 }
 STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
     "system-pool-exists": ("a system pool exists when GPU pools do", system_pool_exists),

@@ -18,6 +18,10 @@ started=$($BIN/python -m gpufleet.sandbox.platform start | tail -n1)
 cleanup() { if [ "$started" = "started" ]; then $BIN/python -m gpufleet.sandbox.platform stop; fi; }
 trap cleanup EXIT
 
+section "cloud SDKs"
+# The cloud backends' SDKs (optional extras) are part of the test suite, not of `make up`.
+$BIN/pip install -q --disable-pip-version-check --no-deps -r requirements-clouds.lock
+
 section "ruff";          $BIN/ruff check .
 section "mypy";          $BIN/mypy
 section "yamllint";      $BIN/yamllint --strict .

@@ -128,6 +128,7 @@ def test_policies_construct_without_a_server() -> None:
         "node-patches-without-taints",
         "helm-charts-pinned",
         "no-public-ip-gpu-nodes",
+        "gpu-pools-have-their-fabric",
         "system-pool-exists",
         "gpu-nodes-tainted",
         "datasets-checkpoints-distinct",

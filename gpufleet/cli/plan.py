@@ -14,7 +14,7 @@ from rich.tree import Tree
 
 from gpufleet.cli.contract import contract, dumps
 from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
-from gpufleet.spec import ClusterSpec
+from gpufleet.spec import CLOUD_BACKENDS, ClusterSpec
 
 app = typer.Typer(add_completion=False)
 
@@ -55,7 +55,10 @@ def key_inputs(res: PlannedResource) -> dict[str, Any]:
 def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str]) -> dict[str, Any]:
     releases = {r.inputs.get("chart"): r.inputs.get("values")
                 for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
+    from gpufleet.infra.cloud_summary import cloud_summary
+
     return {
+        "cloud": cloud_summary(spec),
         "monitoring": monitoring_summary(spec, plan),
         "note": DISCLAIMER,
         "stack": spec.stack,
@@ -107,7 +110,7 @@ def render_inventory(spec: ClusterSpec, lock: Any, outputs: dict[str, Any]) -> d
     """The files write_inventory would write, by relative path (written to a temporary folder)."""
     from gpufleet.inventory import hosts_from_outputs, write_inventory
 
-    if not outputs.get("inventory"):
+    if not outputs.get("inventory") and spec.backend not in CLOUD_BACKENDS:
         return {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -115,10 +118,32 @@ def render_inventory(spec: ClusterSpec, lock: Any, outputs: dict[str, Any]) -> d
         return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _print_cloud(console: Console, cloud: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{cloud['cloud']} {cloud['region']}: fabric {cloud['fabric']}, "
+                        f"Lustre {cloud['lustre_service']}")
+    for col in ("pool", "instance type", "nodes", "GPUs", "fabric", "placement", "capacity", "USD/h"):
+        table.add_column(col)
+    for p in cloud["pools"]:
+        gpus = f"{p['gpus']} ({p['gpus_per_node']} x {p['gpu']})" if p["gpu"] else "-"
+        cost = "no price" if p["usd_per_hour"] is None else f"{p['usd_per_hour']:.2f}"
+        table.add_row(p["pool"], p["instance_type"], f"{p['nodes']} (max {p['max_nodes']})", gpus, p["fabric"],
+                      p["placement"], p["capacity"], cost)
+    console.print(table)
+    console.print(f"cluster total: [bold]{cloud['total_usd_per_hour']:.2f} USD/h[/] ({cloud['cost_note']})")
+    for p in cloud["pools"]:
+        if p.get("price_source"):
+            console.print(f"  {p['instance_type']}: {p['usd_per_hour_each']} USD/h in {p['price_region']} "
+                          f"as of {p['price_date']}, {p['price_source']}", markup=False, highlight=False)
+
+
 def _print(console: Console, data: dict[str, Any]) -> None:
     console.print(f"[bold yellow]{data['note']}[/]")
     console.print(f"stack [bold]{data['stack']}[/] (backend {data['backend']})")
     console.print_json(json.dumps({"lock": data["lock"]}))
+    if data["cloud"]:
+        _print_cloud(console, data["cloud"])
     if data["monitoring"]:
         console.print("[bold]monitoring[/]")
         console.print_json(json.dumps(data["monitoring"]))

@@ -9,6 +9,7 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.errors import ConfigError, ConfigProblem
 from gpufleet.infra.contract import BackendHandles, PoolHandle
+from gpufleet.lock import Lock
 from gpufleet.spec import ClusterSpec, Host, stack_file
 
 
@@ -47,7 +48,24 @@ def local_handles(spec: ClusterSpec) -> BackendHandles:
     return BackendHandles(provider=None, pools=[PoolHandle(p) for p in spec.pools], inventory_source={})
 
 
-def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None) -> BackendHandles:
+#: Cloud backends: the module building them and the extra that installs its SDK (pyproject.toml).
+CLOUD_SDKS = {"aws": ("gpufleet.infra.aws", "pulumi_aws", "aws")}
+
+
+def require_sdk(spec: ClusterSpec) -> None:
+    """Refuse a cloud stack whose SDK is not installed, naming the install command (before any resource)."""
+    import importlib.util
+
+    _, sdk, extra = CLOUD_SDKS[spec.backend]
+    if importlib.util.find_spec(sdk) is None:
+        raise ConfigError([ConfigProblem(
+            str(stack_file(spec.stack)), "gpufleet:backend", spec.backend,
+            f"the {spec.backend} backend needs its Pulumi SDK ({sdk}), an optional extra that is not installed",
+            f"pip install '.[{extra}]'  (pinned versions: requirements-clouds.lock)")])
+
+
+def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None,
+                 lock: Lock | None = None) -> BackendHandles:
     if spec.backend == "local":
         return local_handles(spec)
     if spec.backend == "existing":
@@ -68,7 +86,12 @@ def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None) -> Bac
                     f"list the nodes of pool {name} as hosts: [{{name: ..., address: ...}}]"))
             raise ConfigError(problems)
         return ExistingCluster(spec.cluster_name, spec, kubeconfig).handles
+    if spec.backend in CLOUD_SDKS and lock is not None:
+        require_sdk(spec)
+        from gpufleet.infra.aws import AwsCluster
+
+        return AwsCluster(spec.cluster_name, spec, lock).handles
     raise ConfigError([ConfigProblem(
         str(stack_file(spec.stack)), "gpufleet:backend", spec.backend,
         f"the {spec.backend} backend is not available yet (cloud backends land in their own issue)",
-        "use backend existing (a cluster you already run) or local (the sandbox)")])
+        "use backend aws, existing (a cluster you already run) or local (the sandbox)")])

@@ -58,3 +58,7 @@ def lustre_csi(lock: Lock) -> Chart:
 
 def kube_prometheus_stack(lock: Lock) -> Chart:
     return chart("kube-prometheus-stack", lock)
+
+
+def aws_efa_device_plugin(lock: Lock) -> Chart:
+    return chart("aws-efa-k8s-device-plugin", lock)

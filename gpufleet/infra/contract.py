@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.spec import Host, NodePool
 
 if TYPE_CHECKING:
+    import pulumi
     import pulumi_kubernetes as k8s
 
 
@@ -35,3 +37,6 @@ class BackendHandles:
     pools: list[PoolHandle]
     #: Stack output the inventory writer reads: pool name -> list of {name, address, connection, user}.
     inventory_source: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Lustre volumes a backend made itself (``datasets``/``checkpoints`` -> the PV volumeHandle
+    #: ``<mgs nid>:/<fsname><subdir>``, known once the file systems exist); empty: the stack's mgs_nids.
+    lustre_volume_handles: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)

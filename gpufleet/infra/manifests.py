@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -152,8 +153,10 @@ def lustre_storage_class() -> dict[str, Any]:
             "volumeBindingMode": "Immediate"}
 
 
-def lustre_volumes(spec: ClusterSpec) -> list[dict[str, Any]]:
-    """A PersistentVolume and a claim per workload namespace for datasets (read-only) and checkpoints."""
+def lustre_volumes(spec: ClusterSpec, handles: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A PersistentVolume and a claim per workload namespace for datasets (read-only) and checkpoints.
+
+    ``handles``: volumeHandles a backend made (FSx for Lustre), by kind; otherwise from the stack's mgs_nids."""
     lustre = spec.storage.lustre
     if lustre is None:
         return []
@@ -174,7 +177,8 @@ def lustre_volumes(spec: ClusterSpec) -> list[dict[str, Any]]:
                                  "claimRef": {"kind": "PersistentVolumeClaim", "name": kind, "namespace": ns},
                                  "csi": {"driver": charts.LUSTRE_CSI_DRIVER, "fsType": "lustre",
                                          "readOnly": read_only,
-                                         "volumeHandle": lustre_volume_handle(lustre, volume)}}})
+                                         "volumeHandle": (handles or {}).get(kind)
+                                         or lustre_volume_handle(lustre, volume)}}})
             out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": kind, "namespace": ns, "labels": labels},
                         "spec": {"accessModes": [mode], "storageClassName": LUSTRE_STORAGE_CLASS,

@@ -80,15 +80,31 @@ def redact(type_: str, inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: (REDACTED if k in secret else v) for k, v in inputs.items()}
 
 
+#: Outputs a cloud assigns (endpoints, DNS names, versions), as obvious placeholders: the mock state is the
+#: inputs plus these, so the program's derived values (kubeconfig, Lustre volume handles) can be shown.
+COMPUTED: dict[str, Any] = {
+    "aws:eks/cluster:Cluster": lambda n, i: {
+        "endpoint": f"https://{n}.eks.offline.invalid", "certificateAuthority": {"data": "offline-ca"},
+        "vpcConfig": {**(i.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{n}-cluster"},
+        "kubernetesNetworkConfig": {"serviceIpv4Cidr": "172.20.0.0/16"}},
+    "aws:fsx/lustreFileSystem:LustreFileSystem": lambda n, i: {
+        "dnsName": f"{n}.fsx.offline.invalid", "mountName": f"{n.rsplit('-', 1)[-1]}mnt"},
+    "aws:ec2/launchTemplate:LaunchTemplate": lambda n, i: {"latestVersion": 1},
+    "aws:ec2/placementGroup:PlacementGroup": lambda n, i: {"name": i.get("name") or n},
+    "aws:iam/role:Role": lambda n, i: {"arn": f"arn:aws:iam::000000000000:role/{n}", "name": n},
+}
+
+
 class _Mocks(pulumi.runtime.Mocks):
-    """Returns each resource's inputs as its state and records them."""
+    """Returns each resource's inputs (plus ``COMPUTED`` placeholders) as its state and records them."""
 
     def __init__(self) -> None:
         self.inputs: dict[tuple[str, str], tuple[bool, dict[str, Any]]] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         self.inputs[(args.typ, args.name)] = (bool(args.custom), dict(args.inputs))
-        return f"{args.name}-id", dict(args.inputs)
+        computed = COMPUTED.get(args.typ)
+        return f"{args.name}-id", {**args.inputs, **(computed(args.name, args.inputs) if computed else {})}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         return {}, None

@@ -14,7 +14,7 @@ Install order is explicit: every consumer of a CRD ``depends_on`` the release th
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -205,7 +205,8 @@ class NetworkOperator(_Component):
 
 class LustreStorage(_Component):
     def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
-                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None) -> None:
+                 namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None,
+                 volume_handles: Mapping[str, pulumi.Input[str]] | None = None) -> None:
         super().__init__("LustreStorage", name, provider, opts)
         chart = charts.lustre_csi(lock)
         # The chart creates lustre-csi-system itself, so its release record lives in kube-system and the
@@ -214,7 +215,7 @@ class LustreStorage(_Component):
         apply(manifests.lustre_namespace_patch(), self.child([self.release]), patch=True)
         apply(manifests.lustre_node_tolerations_patch(spec), self.child([self.release]), patch=True)
         storage_class = apply(manifests.lustre_storage_class(), self.child())
-        for obj in manifests.lustre_volumes(spec):
+        for obj in manifests.lustre_volumes(spec, volume_handles):
             apply(obj, self.child([storage_class, *namespaces.namespaces]))
         self.register_outputs({"chart": chart.name, "version": chart.version})
 
@@ -252,7 +253,8 @@ class Platform(pulumi.ComponentResource):
         self.network_operator = (
             NetworkOperator("network-operator", spec, lock, provider, self.namespaces, self.gpu_operator, mine)
             if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools) else None)
-        self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine)
+        self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine,
+                                     volume_handles=backend.lustre_volume_handles)
                        if spec.storage.lustre is not None else None)
         self.drift = (DriftCheck("drift", spec, provider, self.namespaces, mine)
                       if spec.drift is not None else None)

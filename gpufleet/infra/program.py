@@ -19,7 +19,7 @@ from gpufleet.spec import ClusterSpec, load_spec
 def build(spec: ClusterSpec, lock: Lock, kubeconfig: pulumi.Input[str] | None,
           *, operator_dcgm_exporter: bool = True) -> dict[str, Any]:
     """Declare every resource of the stack; return (and export) its outputs as plain data."""
-    backend = make_backend(spec, kubeconfig)
+    backend = make_backend(spec, kubeconfig, lock)
     if backend.provider is not None:
         Platform("platform", spec, lock, backend, operator_dcgm_exporter=operator_dcgm_exporter)
     outputs: dict[str, Any] = {

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpufleet import REPO_ROOT
 from gpufleet.infra.scheduling import node_taints
 from gpufleet.inputs import dump_unsafe_yaml
@@ -84,6 +86,44 @@ def pool_kubelet_vars(pool: NodePool) -> dict[str, Any]:
     return {"host_tuning_kubelet_register_taints": taints} if taints else {}
 
 
+#: Cloud tags on every instance of a pool (the launch template's tag specification; gpufleet.infra.aws).
+CLUSTER_TAG = "gpufleet.io/cluster"
+POOL_TAG = "gpufleet.io/pool"
+ROLE_TAG = "gpufleet.io/role"
+
+
+def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
+    """The ``amazon.aws.aws_ec2`` inventory plugin file for a cloud stack's Ansible-managed pools: autoscaled
+    nodes have no fixed addresses, so Ansible finds them by the pool tags, into the same groups a static
+    inventory has (``pool_<name>``, ``gpu``/``system``). None when no pool is Ansible-managed."""
+    pools = [p.name for p in spec.pools if p.host_management == "ansible"]
+    if spec.backend != "aws" or spec.aws is None or not pools:
+        return None
+    ssm = spec.aws.ansible_connection == "ssm"
+    return {
+        "plugin": "amazon.aws.aws_ec2",
+        "regions": [spec.aws.region],
+        "filters": {f"tag:{CLUSTER_TAG}": spec.cluster_name, f"tag:{POOL_TAG}": pools,
+                    "instance-state-name": "running"},
+        # SSM addresses an instance by its id; SSH by its private address (no node has a public one).
+        "hostnames": ["instance-id"],
+        "compose": {"ansible_host": "instance_id" if ssm else "private_ip_address",
+                    "gpufleet_pool": f"tags['{POOL_TAG}']"},
+        "keyed_groups": [{"key": f"tags['{POOL_TAG}']", "prefix": "pool", "separator": "_"},
+                         {"key": f"tags['{ROLE_TAG}']", "prefix": "", "separator": ""}],
+    }
+
+
+def cloud_connection_vars(spec: ClusterSpec) -> dict[str, Any]:
+    """How Ansible reaches cloud nodes: Session Manager (amazon.aws.aws_ssm, no open port) or SSH."""
+    if spec.aws is None:
+        return {}
+    if spec.aws.ansible_connection == "ssm":
+        return {"ansible_connection": "amazon.aws.aws_ssm", "ansible_aws_ssm_region": spec.aws.region,
+                "ansible_aws_ssm_bucket_name": spec.aws.ssm_bucket, "ansible_become": True}
+    return {"ansible_user": spec.aws.ssh_user, "ansible_become": True}
+
+
 def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Sequence[Host]],
                     out_dir: Path) -> Path:
     """Write ``hosts.yml`` and group_vars for ``spec`` into ``out_dir``; return the hosts.yml path.
@@ -118,6 +158,15 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
         kubelet = pool_kubelet_vars(pool)
         if kubelet:
             _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "kubelet.yml", kubelet)
+    plugin = dynamic_inventory(spec)
+    if plugin is not None:
+        # The plugin only reads files named *aws_ec2.yml; hosts.yml keeps declaring the (empty) groups. Plain
+        # YAML, not !unsafe: compose and keyed_groups are expressions the plugin must evaluate, and they are
+        # gpufleet's constants; the stack's values in it (region, cluster and pool names) passed their grammar.
+        (out_dir / "aws_ec2.yml").write_text(HEADER + yaml.safe_dump(plugin, sort_keys=False))
+        for pool in spec.pools:
+            if pool.host_management == "ansible":
+                _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "connection.yml", cloud_connection_vars(spec))
     from gpufleet.lock import write_group_vars
 
     write_group_vars(lock, out_dir)

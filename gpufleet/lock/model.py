@@ -24,6 +24,7 @@ VERSION_KEYS: tuple[str, ...] = (
     "network_operator",
     "lustre_csi",
     "kube_prometheus_stack",
+    "aws_efa_device_plugin",
     "rdma",
     "lustre_client",
     "kernel",
@@ -55,6 +56,7 @@ class ComponentVersions(BaseModel):
     network_operator: str = Field(default_factory=lambda: chart_default("network_operator"))
     lustre_csi: str = Field(default_factory=lambda: chart_default("lustre_csi"))
     kube_prometheus_stack: str = Field(default_factory=lambda: chart_default("kube_prometheus_stack"))
+    aws_efa_device_plugin: str = Field(default_factory=lambda: chart_default("aws_efa_device_plugin"))
     rdma: str
     lustre_client: str
     kernel: str | None = None
