@@ -399,3 +399,13 @@ def test_policy_rejects_public_ip_and_shared_paths(plan: OfflinePlan) -> None:
         if t == PV and p["metadata"]["labels"]["gpufleet.io/volume"] == "checkpoints":
             p["spec"]["csi"]["volumeHandle"] = "aws-p5-datasets.fsx.offline.invalid@tcp:/datasetsmnt/ckpt"
     assert list(gp.violations(resources)) == ["datasets-checkpoints-distinct"]
+
+
+def test_plan_without_the_sdk_is_one_error_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.cli.plan import app
+
+    monkeypatch.setitem(sys.modules, "pulumi_aws", None)  # as if the extra were not installed
+    r = CliRunner().invoke(app, ["--stack", "aws-p5", "--json"])
+    assert r.exit_code == 1
+    (err,) = json.loads(r.stdout)["errors"]
+    assert err["key"] == "gpufleet:backend" and err["fix"].startswith("pip install '.[aws]'")

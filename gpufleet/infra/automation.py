@@ -33,6 +33,10 @@ def up(stack: str, *, on_output: Callable[[str], Any] | None = print) -> dict[st
     if spec.backend == "local":
         raise ValueError(f"stack {spec.stack} is the local sandbox: its nodes are containers made by "
                          "`gpufleet up` itself, not by Pulumi")
+    from gpufleet.infra.backends import require_sdk
+
+    # Before `pulumi up`: a cloud stack without its SDK would otherwise fail inside the engine.
+    require_sdk(spec)
     require_cli()
     from pulumi import automation as auto
 

@@ -56,8 +56,14 @@ def require_sdk(spec: ClusterSpec) -> None:
     """Refuse a cloud stack whose SDK is not installed, naming the install command (before any resource)."""
     import importlib.util
 
+    if spec.backend not in CLOUD_SDKS:
+        return
     _, sdk, extra = CLOUD_SDKS[spec.backend]
-    if importlib.util.find_spec(sdk) is None:
+    try:
+        found = importlib.util.find_spec(sdk) is not None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        found = False
+    if not found:
         raise ConfigError([ConfigProblem(
             str(stack_file(spec.stack)), "gpufleet:backend", spec.backend,
             f"the {spec.backend} backend needs its Pulumi SDK ({sdk}), an optional extra that is not installed",
