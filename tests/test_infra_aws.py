@@ -409,3 +409,14 @@ def test_plan_without_the_sdk_is_one_error_exit_1(monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 1
     (err,) = json.loads(r.stdout)["errors"]
     assert err["key"] == "gpufleet:backend" and err["fix"].startswith("pip install '.[aws]'")
+
+
+def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.infra import automation
+
+    calls: list[str] = []
+    monkeypatch.setitem(sys.modules, "pulumi_aws", None)
+    monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
+    with pytest.raises(ConfigError) as e:
+        automation.up("aws-p5")
+    assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[aws]'")
