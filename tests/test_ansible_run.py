@@ -220,7 +220,8 @@ def test_check_run_reports_what_would_change() -> None:
 
 def test_run_verdict() -> None:
     assert load("run").verdict() == (
-        "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed"
+        "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed; "
+        "rerun them: --limit node-b,node-c"
     )
 
 
@@ -228,7 +229,7 @@ def test_json_shape() -> None:
     data = load("run").to_json()
     json.dumps(data)  # must be serialisable as is
     assert set(data) == {
-        "schema", "ok", "rc", "status", "check", "verdict", "hosts", "changed", "failed", "tasks", "log_tail",
+        "schema", "ok", "rc", "status", "check", "verdict", "hosts", "changed", "failed", "tasks", "log_tail", "rerun",
     }  # fmt: skip
     assert (data["schema"], data["ok"], data["rc"], data["status"], data["check"]) == (
         1,
@@ -243,12 +244,14 @@ def test_json_shape() -> None:
         "host": "node-b",
         "task": "Refuse the broken node",
         "msg": "node-b is marked broken",
+        "lost": None,
+        "duration": None,
     }
     assert len(data["tasks"]) == 15
     conf = next(t for t in data["tasks"] if t["host"] == "node-b" and t["task"] == "Write the host config")
     assert set(conf) == {
         "host", "play", "role", "task", "action", "status", "changed", "ignored", "msg", "tags", "task_path",
-        "diff", "items", "res",
+        "diff", "items", "res", "lost", "duration",
     }  # fmt: skip
     # sha1 of "host=node-b\nmtu=9000\n", the content the task writes.
     assert conf["res"]["checksum"] == "3dbf80168e486e8526ef87444d22a280a2341685"
@@ -361,7 +364,8 @@ def test_summary_and_progress_tables_render() -> None:
     assert [c.strip() for c in rows["node-c"].split("│")[2:7]] == ["0", "0", "0", "1", "0"]
     assert "node-b: Refuse the broken node: node-b is marked broken" in text
     assert text.rstrip().endswith(
-        "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed"
+        "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed; "
+        "rerun them: --limit node-b,node-c"
     )
 
     partial = ResultBuilder()
@@ -520,7 +524,8 @@ def test_run_playbook_plain_lines_without_terminal(monkeypatch: pytest.MonkeyPat
         "ssh: connect to host 127.0.0.1 port 1: Connection refused",
     ]
     assert sum(1 for line in lines if line.startswith("node-")) >= 15
-    assert lines[-1] == "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed"
+    assert lines[-1] == ("FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed; "
+                         "rerun them: --limit node-b,node-c")
     assert result.artifact_dir == str((tmp_path / "pdd").resolve() / "artifacts" / "x")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.ansible_run import ItemResult, TaskResult
+from gpufleet.drift.dpkg import PackageState
 from gpufleet.drift.messages import gpu_list, messages
 
 
@@ -24,11 +25,16 @@ def test_apt_lines_name_installed_and_locked_versions() -> None:
               "Inst libnvidia-compute-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 NVIDIA CUDA:localhost [amd64])\n"
               "Inst libnccl2 (2.26.2-1+cuda12.8 NVIDIA CUDA:localhost [amd64])\n"
               "Conf nvidia-utils-570 (570.172.08-0ubuntu1 NVIDIA CUDA:localhost [amd64])\n")
-    kind, lines, _ = messages(_task("ansible.builtin.apt", {"stdout": stdout}))
+    state = {"nvidia-utils-570": PackageState("nvidia-utils-570", "570.133.20-0ubuntu1", "install", "installed"),
+             "libnvidia-compute-570": PackageState("libnvidia-compute-570", "570.133.20-0ubuntu1", "hold",
+                                                   "installed")}
+    kind, lines, _ = messages(_task("ansible.builtin.apt", {"stdout": stdout}), state=state)
     assert kind == "package"
+    # Same versions but another hold state: separate lines, each with its hold state.
     assert lines == [
-        "nvidia-utils-570, libnvidia-compute-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked",
-        "libnccl2: not installed, 2.26.2-1+cuda12.8 locked",
+        "nvidia-utils-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked; not held",
+        "libnvidia-compute-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked; held",
+        "libnccl2: not installed, 2.26.2-1+cuda12.8 locked; hold state not read",
     ]
 
 
@@ -81,10 +87,26 @@ def test_service_state_from_the_units_status() -> None:
 def test_holds_and_sysctls_name_their_items() -> None:
     hold = _task("ansible.builtin.dpkg_selections", {}, items=[
         ItemResult("nvidia-utils-570", "changed", True), ItemResult("libnvidia-cfg1-570", "ok", False)])
-    assert messages(hold)[1] == ["nvidia-utils-570 not held"]
-    one_call = _task("dpkg_hold", {"changed_packages": ["nvidia-utils-570", "libnccl2"],
-                                   "before": {"nvidia-utils-570": "install", "libnccl2": "install", "x": "hold"}})
-    assert messages(one_call)[:2] == ("hold", ["nvidia-utils-570, libnccl2 not held"])
+    state = {"nvidia-utils-570": PackageState("nvidia-utils-570", "570.172.08-0ubuntu1", "install", "installed")}
+    assert messages(hold, state=state)[1] == [
+        "nvidia-utils-570: 570.172.08-0ubuntu1 installed, as locked; not held, expected held"]
+    # The module's own read names the selections and versions (no other read needed).
+    res = {"changed_packages": ["nvidia-utils-570", "libnccl2"],
+           "before": {"nvidia-utils-570": "install", "libnccl2": "install", "x": "hold"},
+           "installed": {"nvidia-utils-570": "570.172.08-0ubuntu1", "libnccl2": "2.26.2-1+cuda12.8",
+                         "x": "1.0"}}
+    one_call = _task("dpkg_hold", res)
+    from gpufleet.drift.dpkg import states_of
+    own = {s.name: s for s in states_of("dpkg_hold", res)}
+    assert messages(one_call, state=own)[:2] == ("hold", [
+        "nvidia-utils-570: 570.172.08-0ubuntu1 installed, as locked; not held, expected held",
+        "libnccl2: 2.26.2-1+cuda12.8 installed, as locked; not held, expected held"])
+    # Releasing a hold before a move (selection install) is said as such, not as "not held".
+    release = _task("dpkg_hold", {"changed_packages": ["libnccl2"], "before": {"libnccl2": "hold"},
+                                  "installed": {"libnccl2": "2.26.2-1+cuda12.8"}},
+                    diff=[{"before": "libnccl2 hold\n", "after": "libnccl2 install\n",
+                           "before_header": "dpkg selections", "after_header": "dpkg selections"}])
+    assert messages(release)[1] == ["libnccl2: held at 2.26.2-1+cuda12.8, released to move to the locked version"]
     sysctl = _task("ansible.posix.sysctl", {}, items=[ItemResult("vm.max_map_count=1048576", "changed", True)])
     assert messages(sysctl)[1] == ["sysctl vm.max_map_count differs, expected 1048576"]
 

@@ -16,6 +16,7 @@ def _report(errors: list[str] | None = None) -> DriftReport:
         components={"gpu-0": ["nvidia_driver", "gpu_settings"], "gpu-1": ["nvidia_driver", "gpu_settings"]},
         items=[DriftItem("gpu-0", "gpu_settings", "gpu_setting", "t", "GPU3 power limit 500 W, expected 700 W")],
         errors=errors or [],
+        failed_hosts=[e.split(":", 1)[0] for e in errors or []],
     )
 
 
@@ -23,10 +24,14 @@ def test_textfile_has_one_series_per_host_and_component_and_the_run_time() -> No
     text = render_textfile(_report(), stack="local", now=1700000000.5)
     series = [ln for ln in text.splitlines() if ln.startswith("gpufleet_drift{")]
     assert series == [
-        'gpufleet_drift{stack="local",host="gpu-0",component="nvidia_driver"} 0',
-        'gpufleet_drift{stack="local",host="gpu-0",component="gpu_settings"} 1',
-        'gpufleet_drift{stack="local",host="gpu-1",component="nvidia_driver"} 0',
-        'gpufleet_drift{stack="local",host="gpu-1",component="gpu_settings"} 0',
+        'gpufleet_drift{stack="local",host="gpu-0",component="nvidia_driver",severity="normal"} 0',
+        'gpufleet_drift{stack="local",host="gpu-0",component="nvidia_driver",severity="security"} 0',
+        'gpufleet_drift{stack="local",host="gpu-0",component="gpu_settings",severity="normal"} 1',
+        'gpufleet_drift{stack="local",host="gpu-0",component="gpu_settings",severity="security"} 0',
+        'gpufleet_drift{stack="local",host="gpu-1",component="nvidia_driver",severity="normal"} 0',
+        'gpufleet_drift{stack="local",host="gpu-1",component="nvidia_driver",severity="security"} 0',
+        'gpufleet_drift{stack="local",host="gpu-1",component="gpu_settings",severity="normal"} 0',
+        'gpufleet_drift{stack="local",host="gpu-1",component="gpu_settings",severity="security"} 0',
     ]
     assert 'gpufleet_drift_last_run_timestamp_seconds{stack="local"} 1700000000.500' in text
     assert "# TYPE gpufleet_drift gauge" in text and text.endswith("\n")

@@ -102,3 +102,23 @@ def test_in_sync_and_error_exit_codes(replay: tuple[RunResult, RawResults]) -> N
     report = build_report(broken)
     assert report.exit_code == EXIT_ERROR
     assert report.errors == [f"{D}: {t.label}: apt lock"]
+
+
+def test_json_components_are_keyed_by_role_not_by_play(replay: tuple[RunResult, RawResults]) -> None:
+    # The recorded run's plays are "Converge - GPU nodes" and "Converge - Slurm"; fact gathering ran in the first.
+    data = build_report(*replay).to_json()
+    assert list(data["hosts"][S]["components"]) == ["nvidia_driver", "nvidia_repo", "gpu_settings", "nccl",
+                                                    "host_tuning", "slurm"]
+    assert list(data["hosts"][C]["components"]) == ["slurm"]
+    # The text report and the JSON name the same components.
+    assert {i.component for i in build_report(*replay).items} <= set(data["hosts"][S]["components"])
+
+
+def test_a_task_outside_roles_counts_under_its_playbook_file(replay: tuple[RunResult, RawResults]) -> None:
+    result, _ = replay
+    t = next(t for t in result.tasks if t.host == C)
+    lock = type(t)(**{**t.__dict__, "role": None, "play": "Version lock - compatibility rules before anything",
+                      "task": "Check the version lock", "action": "gpufleet_lock_check", "status": "ok",
+                      "changed": False, "task_path": "{project}/ansible/playbooks/lock_check.yml:10"})
+    run = RunResult(rc=0, status="successful", check=True, hosts=result.hosts, tasks=[*result.tasks, lock])
+    assert build_report(run).components[C] == ["slurm", "lock_check"]

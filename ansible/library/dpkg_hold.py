@@ -71,6 +71,12 @@ installed:
   description: Installed version of every named package (null when not installed).
   returned: always
   type: dict
+status:
+  description:
+    - dpkg's status of every named package (installed, unpacked, half-installed, half-configured, ...;
+      not-installed when dpkg does not know it). C(gpufleet drift) reports an interrupted dpkg run from it.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -78,21 +84,25 @@ from ansible.module_utils.basic import AnsibleModule
 NOT_INSTALLED = "not installed"
 
 
-def read_state(module: AnsibleModule, names: list[str]) -> tuple[dict[str, str], dict[str, str | None]]:
-    """(selection, installed version) of every name; unknown or removed packages are not installed."""
+def read_state(module: AnsibleModule, names: list[str]) -> tuple[dict[str, str], dict[str, str | None],
+                                                                 dict[str, str]]:
+    """(selection, installed version, dpkg status) of every name; unknown or removed packages are not installed."""
     # rc 1 only means that some names are unknown to dpkg.
     rc, out, err = module.run_command(
         ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Want}\t${db:Status-Status}\t${Version}\n", *names])
     if rc not in (0, 1):
         module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
     found: dict[str, tuple[str, str]] = {}
+    statuses: dict[str, str] = {}
     for line in out.splitlines():
         parts = line.split("\t")
+        if len(parts) == 4:
+            statuses[parts[0]] = parts[2]
         if len(parts) == 4 and parts[2] not in ("not-installed", "config-files"):
             found[parts[0]] = (parts[1], parts[3])
     selections = {n: found[n][0] if n in found else NOT_INSTALLED for n in names}
     versions = {n: found[n][1] if n in found else None for n in names}
-    return selections, versions
+    return selections, versions, {n: statuses.get(n, "not-installed") for n in names}
 
 
 def main() -> None:
@@ -111,7 +121,7 @@ def main() -> None:
     if pinned is not None and (unpinned := [n for n in names if n not in pinned]):
         module.fail_json(msg=f"dpkg_hold: versions has no entry for {', '.join(unpinned)}. Fix: give every name "
                              "its pinned version, or leave versions out.")
-    selections, installed = read_state(module, names)
+    selections, installed, statuses = read_state(module, names)
     moving = [n for n in names if pinned is not None and installed[n] != str(pinned[n])]
     before = {n: s for n, s in selections.items() if n not in moving}
     missing = [n for n, s in before.items() if s == NOT_INSTALLED]
@@ -129,6 +139,7 @@ def main() -> None:
         "before": selections,
         "moving": moving,
         "installed": installed,
+        "status": statuses,
         "diff": {
             "before": "".join(f"{n} {before[n]}\n" for n in changing),
             "after": "".join(f"{n} {after[n]}\n" for n in changing),

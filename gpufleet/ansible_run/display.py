@@ -59,7 +59,9 @@ def plain_line(task: TaskResult, check: bool = False) -> str:
     line = f"{task.host}: {status}: {task.label}"
     if task.items:
         line += f" ({len(task.items)} items)"
-    if task.msg and (task.status in ("failed", "unreachable")):
+    if task.lost and task.status == "failed":
+        line += f": {task.reason}"
+    elif task.msg and (task.status in ("failed", "unreachable")):
         line += f": {task.msg.splitlines()[0]}"
     return line
 
@@ -87,8 +89,8 @@ def summary(result: RunResult) -> RenderableType:
     if result.hosts:
         parts.append(summary_table(result))
     for t in result.failures:
-        msg = (t.msg or "").strip()
-        parts.append(Text(f"{t.host}: {t.label}: {msg}", style=_STATUS_STYLE[t.status]))
+        msg = t.reason if t.lost else (t.msg or "").strip()
+        parts.append(Text(f"{t.host}: {t.label}: {msg}", style=_STATUS_STYLE["unreachable" if t.lost else t.status]))
     if not result.tasks and not result.ok and result.log_tail:
         # Nothing ran: what ansible printed (a syntax error, a missing inventory) is the reason.
         parts.append(Text("\n".join(result.log_tail), style="dim"))

@@ -84,6 +84,38 @@ def _msg(res: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: What a connection that broke mid-run leaves in a failed result instead of the module's JSON. The docker
+#: connection runs ``docker exec``, which refuses a paused or stopped container at once (the module then
+#: printed nothing: "Module result deserialization failed: No start of json char found"); SSH reports its
+#: own failures as unreachable already.
+_CONNECTION_LOST = (
+    re.compile(r"Container \S+ is paused"),
+    re.compile(r"Container \S+ is not running"),
+    re.compile(r"No such container: \S+"),
+    re.compile(r"Connection (?:timed out|closed|reset)|Broken pipe|Timeout, server \S+ not responding"),
+)
+_NO_JSON = "Module result deserialization failed"
+
+
+def lost_reason(name: str, res: Mapping[str, Any]) -> str | None:
+    """Why the host stopped answering, when a result says so: unreachable, a broken connection, or
+    ansible's ``task_timeout`` expired (a paused container never answers an exec already running)."""
+    timedout = res.get("timedout")
+    if isinstance(timedout, Mapping):
+        return f"timed out after {timedout.get('period', '?')} s (task_timeout)"
+    if name == "runner_on_unreachable":
+        return str(res.get("msg") or "unreachable").strip().splitlines()[0]
+    if name != "runner_on_failed":
+        return None
+    text = "\n".join(str(res.get(k) or "") for k in ("module_stderr", "module_stdout", "msg"))
+    for pattern in _CONNECTION_LOST:
+        if m := pattern.search(text):
+            return f"stopped answering ({m.group(0)})"
+    if str(res.get("msg") or "").startswith(_NO_JSON) and not str(res.get("module_stdout") or "").strip():
+        return "stopped answering (the module printed nothing)"
+    return None
+
+
 def _item_label(res: Mapping[str, Any]) -> str:
     label = res.get("_ansible_item_label", res.get("item"))
     return label if isinstance(label, str) else json.dumps(label, default=str, sort_keys=True)
@@ -154,6 +186,7 @@ class ResultBuilder:
         else:
             status, changed = "unreachable", False
         task_path = data.get("task_path")
+        duration = data.get("duration")
         tagged = data.get(TAGS_KEY)
         tags: list[str] = []
         # Only the entry of this very task (an event can still carry the previous task's, see the callback).
@@ -175,6 +208,8 @@ class ResultBuilder:
             diff=_diffs(res),
             items=self._items.pop(key, []),
             res=trim_res(dict(res)),
+            lost=lost_reason(name, res) if status in ("failed", "unreachable") and not ignored else None,
+            duration=float(duration) if isinstance(duration, int | float) else None,
         )
         self.result.tasks.append(task)
         self._count(task)
@@ -195,7 +230,9 @@ class ResultBuilder:
             # A failure inside a block with rescue counts as "rescued" in the recap; events do not
             # say which, so playbook_on_stats corrects this count at the end.
             stats.failed += 1
-            if stats.state == "running":
+            if task.lost:
+                stats.state = "unreachable"
+            elif stats.state == "running":
                 stats.state = "failed"
         elif task.status == "skipped":
             stats.skipped += 1
@@ -224,7 +261,9 @@ class ResultBuilder:
                 counts = data.get(src) or {}
                 setattr(stats, dst, int(counts.get(host, 0)))
             stats.current_task = None
-            stats.state = "unreachable" if stats.unreachable else "failed" if stats.failed else "done"
+            lost = any(t.lost for t in self.result.tasks if t.host == host and t.status == "failed")
+            stats.state = ("unreachable" if stats.unreachable or (stats.failed and lost)
+                           else "failed" if stats.failed else "done")
         # What the playbook reported with set_stats (per_host: false), e.g. skew.yml's versions per host.
         custom = data.get("artifact_data")
         if isinstance(custom, Mapping):

@@ -12,13 +12,17 @@
                 (ansible's PLAY RECAP numbers; ``ok`` includes changed tasks, as in the recap;
                 state: running | done | failed | unreachable)
     changed     {host: [task label, ...]}  tasks that changed (or would change in check mode)
-    failed      [{host, task, msg}]  failures that were not ignored, and unreachable hosts
+    failed      [{host, task, msg, lost, duration}]  failures that were not ignored, and unreachable hosts
+                (lost: why the host stopped answering or timed out, else null; duration: seconds
+                the task ran, i.e. the time waited for the host)
+    rerun       [host, ...]  hosts that failed or stopped answering: rerun with --limit these
     tasks       [task, ...] in event order, each:
                   host, play, role, task, action, status (ok|changed|failed|skipped|unreachable),
                   changed, ignored (a failure under ignore_errors), msg, tags, task_path,
                   diff [{before, after, before_header?, after_header?, prepared?}] (entries that
                         show a change; a loop's are its items'),
-                  items [{item, status, changed, msg}], res (module result minus bulky fields)
+                  items [{item, status, changed, msg}], res (module result minus bulky fields),
+                  lost (the host stopped answering or the task timed out: why), duration (seconds)
     log_tail    last lines ansible printed outside task results (why a run that never started failed)
 """
 
@@ -87,6 +91,20 @@ class TaskResult:
     diff: list[dict[str, Any]] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
     res: dict[str, Any] = field(default_factory=dict)
+    #: Set when the host stopped answering (unreachable, a connection that broke, ``task_timeout`` expired):
+    #: the task's outcome on the host is unknown, not a failure of the task. Says why.
+    lost: str | None = None
+    #: Seconds from the task's start to its result on this host (the time waited for a lost host).
+    duration: float | None = None
+
+    @property
+    def reason(self) -> str:
+        """One line for a failed or lost task: ``unreachable: timed out after 20 s (waited 20.1 s)``."""
+        if self.lost:
+            waited = f" (waited {self.duration:.1f} s)" if self.duration is not None else ""
+            return f"unreachable: {self.lost}{waited}"
+        msg = (self.msg or self.status).strip()
+        return msg.splitlines()[0] if msg else self.status
 
     @property
     def label(self) -> str:
@@ -109,6 +127,8 @@ class TaskResult:
             "diff": [dict(d) for d in self.diff],
             "items": [i.to_json() for i in self.items],
             "res": self.res,
+            "lost": self.lost,
+            "duration": self.duration,
         }
 
 
@@ -158,12 +178,26 @@ class RunResult:
     custom_stats: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def lost_hosts(self) -> list[str]:
+        """Hosts whose failure was losing them (a broken connection, a task timeout): ansible counts these
+        as failed, their state is unknown, like an unreachable host's."""
+        return list(dict.fromkeys(t.host for t in self.failures if t.lost and t.status == "failed"))
+
+    @property
     def failed_hosts(self) -> list[str]:
-        return [h for h, s in self.hosts.items() if s.failed > 0]
+        lost = set(self.lost_hosts)
+        return [h for h, s in self.hosts.items() if s.failed > 0 and h not in lost]
 
     @property
     def unreachable_hosts(self) -> list[str]:
-        return [h for h, s in self.hosts.items() if s.unreachable > 0]
+        lost = set(self.lost_hosts)
+        return [h for h, s in self.hosts.items() if s.unreachable > 0 or h in lost]
+
+    @property
+    def rerun_hosts(self) -> list[str]:
+        """Hosts to run again once fixed (``--limit``): those that failed or stopped answering."""
+        bad = set(self.failed_hosts) | set(self.unreachable_hosts)
+        return [h for h in self.hosts if h in bad]
 
     @property
     def ok(self) -> bool:
@@ -198,7 +232,9 @@ class RunResult:
             "verdict": self.verdict(),
             "hosts": {h: s.to_json() for h, s in self.hosts.items()},
             "changed": {h: [t.label for t in ts] for h, ts in changes_by_host(self).items()},
-            "failed": [{"host": t.host, "task": t.label, "msg": t.msg} for t in self.failures],
+            "failed": [{"host": t.host, "task": t.label, "msg": t.msg, "lost": t.lost, "duration": t.duration}
+                       for t in self.failures],
+            "rerun": self.rerun_hosts,
             "tasks": [t.to_json() for t in self.tasks],
             "log_tail": list(self.log_tail),
         }
@@ -231,9 +267,14 @@ def verdict(result: RunResult) -> str:
     if result.failed_hosts:
         parts.append("failed on " + ", ".join(result.failed_hosts))
     if result.unreachable_hosts:
-        parts.append("unreachable: " + ", ".join(result.unreachable_hosts))
+        # Hosts ansible counted as failed because they stopped answering: say on which task and after how long.
+        lost = {t.host: t for t in result.failures if t.lost and t.status == "failed"}
+        parts.append("unreachable: " + ", ".join(
+            f"{h} ({lost[h].label}: {lost[h].reason.removeprefix('unreachable: ')})" if h in lost else h
+            for h in result.unreachable_hosts))
     if not parts:
         parts.append(f"ansible-playbook exited {result.rc} ({result.status})")
     elif result.rc not in (0, -1):
         parts.append(f"rc={result.rc}")
-    return f"FAILED: {'; '.join(parts)}; {hosts}, {changed}"
+    rerun = f"; rerun them: --limit {','.join(result.rerun_hosts)}" if result.rerun_hosts else ""
+    return f"FAILED: {'; '.join(parts)}; {hosts}, {changed}{rerun}"

@@ -108,11 +108,18 @@ def remediate_command(
     playbook: PlaybookOpt = SITE,
 ) -> None:
     """Converge drifted hosts in rolling batches, draining only those whose change disrupts GPU work."""
+    try:
+        parse_batch(batch, 1)  # refuse a bad --batch before a check run of several minutes
+    except ValueError as e:
+        raise InputError.one("--batch", str(e), "pass a count (5) or a share of the hosts (10%, at most 100%)",
+                             key="--batch", value=batch, kind="invalid option") from None
     target = _target(stack, inventory)
     report, _ = check_drift(target, limit=limit, playbook=playbook, console=console, live=sys.stderr.isatty())
     if report.errors:
         console.print(render_text(report, diffs=False), markup=False, highlight=False)
-        console.print("[red]drift check failed: fix those hosts (or --limit them out) before remediating[/red]")
+        if report.failed_hosts:
+            console.print(f"[red]drift check failed on {', '.join(report.failed_hosts)}: fix those hosts "
+                          "(or --limit them out) before remediating[/red]", highlight=False)
         raise typer.Exit(EXIT_ERROR)
     plans = plan_hosts(report)
     try:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.contract import contract, dumps, parse_failure
@@ -27,6 +28,18 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+
+
+def _security_findings(stack: str, limit: str | None) -> list[dict[str, object]]:
+    """Security drift (``gpufleet.drift.security``) of the stack's apt sources and keys, printed; [] when none."""
+    from gpufleet.drift.runner import check_security, target_for_stack
+
+    report = check_security(target_for_stack(stack), limit=limit)
+    for item in report.security_items:
+        console.print(f"[red]security[/red] {escape(item.line())}", highlight=False)
+    for e in report.errors:
+        console.print(f"[yellow]security check incomplete[/yellow] {escape(e)}", highlight=False)
+    return [i.to_json() for i in report.security_items]
 
 
 def print_nodes(nodes: list[NodeHealth]) -> None:
@@ -98,6 +111,10 @@ def validate_command(
         "--nccl", help="nccl-tests log(s) of this cluster to gate and include (repeatable).")] = None,
     ib_rate: Annotated[int | None, typer.Option(
         help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")] = None,
+    security: Annotated[bool, typer.Option(
+        "--security/--no-security",
+        help="Also check apt's sources and keys for security drift (trusted=yes, signed-by, keys); fail on it.")]
+    = True,
 ) -> None:
     """Check every GPU node's health (and gate nccl-tests logs); exit 1 on any critical finding."""
     from gpufleet.validation.run import run_validation
@@ -119,7 +136,8 @@ def validate_command(
     print_nodes(result.nodes)
     if verdicts:
         print_bench(verdicts)
-    bench_ok = all(v.status not in ("fail", "missing-size") for v in verdicts)
+    weak = _security_findings(stack, limit) if security else []
+    bench_ok = all(v.status not in ("fail", "missing-size") for v in verdicts) and not weak
     if report is not None:
         from gpufleet.report import write_report
 
@@ -128,10 +146,12 @@ def validate_command(
     if json_out:
         data = result.to_json()
         data["bench"] = [v.to_json() for v in verdicts]
+        data["security"] = weak
         data["ok"] = result.ok and bench_ok
         typer.echo(dumps(data))
     ok = result.ok and bench_ok
-    console.print("[green]healthy[/green]" if ok else "[red]not healthy[/red]: critical findings or failed gates")
+    console.print("[green]healthy[/green]" if ok else
+                  "[red]not healthy[/red]: critical findings, failed gates or security drift")
     raise typer.Exit(0 if ok else 1)
 
 

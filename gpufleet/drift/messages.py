@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from gpufleet.ansible_run import TaskResult
+from gpufleet.drift.dpkg import PackageState
 
-Kind = Literal["package", "hold", "gpu_setting", "file", "service", "sysctl", "reboot", "other"]
+Kind = Literal["package", "hold", "dpkg", "gpu_setting", "file", "service", "sysctl", "reboot", "other"]
 
 #: ``apt-get -s`` says what it would do as ``Inst <pkg> [<installed>] (<candidate> <origin> [<arch>])``.
 _INST = re.compile(r"^Inst (?P<pkg>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<new>\S+)", re.MULTILINE)
@@ -71,15 +72,28 @@ def _num(value: Any) -> str:
     return f"{value:g}" if isinstance(value, int | float) else str(value)
 
 
-def package_messages(stdout: str, diff: list[dict[str, Any]]) -> list[str]:
-    """``pkg a, b: X installed, Y locked`` per version pair; apt's summary when the Inst lines were cut."""
-    pairs: dict[tuple[str | None, str], list[str]] = {}
+PackageStates = Mapping[str, PackageState]
+
+
+def _hold_of(pkg: str, state: PackageStates | None) -> str:
+    st = (state or {}).get(pkg)
+    return st.hold_text() if st is not None else "hold state not read"
+
+
+def package_messages(stdout: str, diff: list[dict[str, Any]], state: PackageStates | None = None) -> list[str]:
+    """``a, b: X installed, Y locked; not held`` per version pair and hold state (dpkg's, read by the run);
+    apt's summary when the Inst lines were cut."""
+    pairs: dict[tuple[str | None, str, str], list[str]] = {}
     for m in _INST.finditer(stdout):
-        pairs.setdefault((m.group("old"), m.group("new")), []).append(m.group("pkg"))
+        pkg = m.group("pkg")
+        st = (state or {}).get(pkg)
+        # apt leaves out [old] for a package dpkg knows only half (unpacked, half-installed): dpkg still has it.
+        old = m.group("old") or (st.version if st is not None and st.installed else None)
+        pairs.setdefault((old, m.group("new"), _hold_of(pkg, state)), []).append(pkg)
     out = []
-    for (old, new), pkgs in pairs.items():
+    for (old, new, hold), pkgs in pairs.items():
         have = f"{old} installed" if old else "not installed"
-        out.append(f"{', '.join(pkgs)}: {have}, {new} locked")
+        out.append(f"{', '.join(pkgs)}: {have}, {new} locked; {hold}")
     if not out:
         prepared = [str(d.get("prepared", "")).strip() for d in diff if d.get("prepared")]
         out.extend(p.splitlines()[-1] for p in prepared if p)
@@ -208,18 +222,60 @@ def service_message(task: TaskResult, res: Mapping[str, Any]) -> str:
     return f"{name}: {', '.join(have)}; expected {', '.join(want)}"
 
 
-def messages(task: TaskResult, raw: Mapping[str, Any] | None = None) -> tuple[Kind, list[str], str]:
-    """(kind, lines, diff text) for one task that would change. ``raw`` is the untrimmed module result."""
+def _selection_target(task: TaskResult) -> str:
+    """``hold`` or ``install``: what a dpkg_hold task would set (its diff's after side), hold by default."""
+    for d in task.diff:
+        after = d.get("after")
+        if d.get("after_header") == "dpkg selections" and isinstance(after, str) and after.strip():
+            return after.split()[-1]
+    return "hold"
+
+
+def interrupted_message(states: list[PackageState]) -> str:
+    """One line for the packages an interrupted dpkg run left behind (what ``dpkg --audit`` lists)."""
+    return (f"dpkg was interrupted: {'; '.join(s.interrupted_text() for s in states)}; "
+            "converge runs `dpkg --configure -a`, then the pinned install")
+
+
+def hold_messages(task: TaskResult, res: Mapping[str, Any], state: PackageStates | None) -> list[str]:
+    """``a, b: 2.26.2-1+cuda12.8 installed, as locked; not held, expected held`` per installed version.
+
+    A release (selection ``install``) precedes a package's move to its locked version: ``held at X, released
+    to move to the locked version``."""
+    listed = res.get("changed_packages")
+    pkgs = ([str(p) for p in listed] if isinstance(listed, list) and listed
+            else [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))])
+    installed = res.get("installed") if isinstance(res.get("installed"), Mapping) else {}
+    assert isinstance(installed, Mapping)
+    release = _selection_target(task) == "install"
+    groups: dict[tuple[str | None, str], list[str]] = {}
+    for pkg in pkgs:
+        st = (state or {}).get(pkg)
+        version = installed.get(pkg) or (st.version if st is not None else None)
+        groups.setdefault((str(version) if version else None, _hold_of(pkg, state)), []).append(pkg)
+    out = []
+    for (version, hold), names in groups.items():
+        if release:
+            out.append(f"{', '.join(names)}: held at {version or 'an unread version'}, "
+                       "released to move to the locked version")
+        elif version is None:
+            out.append(f"{', '.join(names)}: installed version not read; {hold}, expected held")
+        else:
+            out.append(f"{', '.join(names)}: {version} installed, as locked; {hold}, expected held")
+    return out
+
+
+def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
+             state: PackageStates | None = None) -> tuple[Kind, list[str], str]:
+    """(kind, lines, diff text) for one task that would change. ``raw`` is the untrimmed module result,
+    ``state`` the host's packages as dpkg reported them during the run (``gpufleet.drift.dpkg``)."""
     res: Mapping[str, Any] = raw if raw is not None else task.res
     kind = kind_of(task.action)
     if kind == "package":
-        lines = package_messages(str(res.get("stdout") or ""), task.diff)
+        lines = package_messages(str(res.get("stdout") or ""), task.diff, state)
         return kind, lines or [f"{task.task}: packages differ from the lock"], ""
     if kind == "hold":
-        listed = res.get("changed_packages")
-        pkgs = ([str(p) for p in listed] if isinstance(listed, list) and listed
-                else [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))])
-        return kind, [f"{', '.join(pkgs)} not held"], ""
+        return kind, hold_messages(task, res, state), ""
     if kind == "gpu_setting":
         return kind, gpu_messages(res.get("gpus")) or [f"{task.task}: GPU settings differ"], ""
     if kind == "file" and isinstance(res.get("files"), list):

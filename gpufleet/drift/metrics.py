@@ -1,7 +1,10 @@
 """The drift report as a node_exporter textfile-collector file, so drift can alert.
 
-``gpufleet_drift{host,component}`` is 1 for each component with a pending change and 0 for each that ran in
-sync; hosts whose check failed get ``gpufleet_drift_check_error{host} 1`` instead of guessed values.
+``gpufleet_drift{host,component,severity}`` is 1 for each component with a pending change of that severity and
+0 otherwise: every component that ran has both a ``severity="security"`` series (a change that weakens what apt
+trusts: ``gpufleet.drift.security``) and a ``severity="normal"`` one, so a fix shows as a drop to 0 on a series
+that stays, and ``max by (host, component)`` still says "drifted at all". Hosts whose check failed get
+``gpufleet_drift_check_error{host} 1`` instead of guessed values.
 """
 
 from __future__ import annotations
@@ -22,18 +25,22 @@ def _label(value: str) -> str:
 
 def render_textfile(report: DriftReport, *, stack: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
-    failed = {e.split(":", 1)[0] for e in report.errors}
+    failed = set(report.error_hosts)
     st = _label(stack)
     lines = [
-        "# HELP gpufleet_drift 1 when the component has changes pending against the stack's lock and settings.",
+        "# HELP gpufleet_drift 1 when the component has changes of this severity pending against the stack's lock "
+        "and settings (security: the change weakens what apt trusts).",
         "# TYPE gpufleet_drift gauge",
     ]
     for host in report.hosts:
         if host in failed:
             continue
         for comp in report.components.get(host, []):
-            value = 1 if report.drifted(host, comp) else 0
-            lines.append(f'gpufleet_drift{{stack="{st}",host="{_label(host)}",component="{_label(comp)}"}} {value}')
+            weak = bool(report.security(host, comp))
+            normal = any(i.component == comp and i.severity != "security" for i in report.for_host(host))
+            for severity, value in (("normal", normal), ("security", weak)):
+                lines.append(f'gpufleet_drift{{stack="{st}",host="{_label(host)}",component="{_label(comp)}",'
+                             f'severity="{severity}"}} {int(value)}')
     lines += [
         "# HELP gpufleet_drift_check_error 1 when the drift check could not run on the host.",
         "# TYPE gpufleet_drift_check_error gauge",

@@ -82,6 +82,8 @@ def parse_batch(spec: str | int, total: int) -> int:
     if not m or float(m.group("n")) <= 0:
         raise ValueError(f"--batch {spec!r}: give a host count (5) or a percentage of the hosts (10%)")
     n = float(m.group("n"))
+    if m.group("pct") and n > 100:
+        raise ValueError(f"--batch {spec!r}: a share of the hosts is at most 100%")
     if m.group("pct"):
         return max(1, math.ceil(total * n / 100.0))
     if not n.is_integer():

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from gpufleet.ansible_run import RunResult, TaskResult, changes_by_host
-from gpufleet.drift.messages import Kind, messages
+from gpufleet.drift import dpkg, security
+from gpufleet.drift.messages import Kind, interrupted_message, messages
 
 #: Roles whose package or reboot changes stop GPU workloads (driver, fabric manager, kernel module reload).
 DISRUPTIVE_COMPONENTS = frozenset({"nvidia_driver", "nvidia_fabricmanager", "fabricmanager"})
@@ -41,14 +43,29 @@ class RawResults:
         return self.by_task.get((task.host, str(task.task_path)))
 
 
-def component_of(task: TaskResult) -> str:
-    return task.role or task.play or "site"
+#: Play-level tasks that read the host and manage nothing: they are not a component of their own.
+_NOT_COMPONENTS = frozenset({"ansible.builtin.gather_facts", "gather_facts", "ansible.builtin.setup", "setup",
+                             "ansible.builtin.meta", "meta"})
+
+
+def component_of(task: TaskResult) -> str | None:
+    """The role that owns the task; a task outside roles counts under its playbook file's name.
+
+    Play names are prose ("GPU nodes - pinned NVIDIA driver ..."), renamed at will and not a component;
+    fact gathering at the start of a play manages nothing and counts nowhere (None).
+    """
+    if task.role:
+        return task.role
+    if task.action in _NOT_COMPONENTS:
+        return None
+    path = (task.task_path or "").rsplit(":", 1)[0]
+    return PurePosixPath(path).stem if path else "site"
 
 
 def is_disruptive(component: str, kind: Kind, tags: list[str]) -> bool:
     if kind == "reboot" or DISRUPTIVE_TAG in tags:
         return True
-    return component in DISRUPTIVE_COMPONENTS and kind in ("package", "other")
+    return component in DISRUPTIVE_COMPONENTS and kind in ("package", "dpkg", "other")
 
 
 @dataclass
@@ -62,13 +79,17 @@ class DriftItem:
     message: str
     diff: str = ""
     disruptive: bool = False
+    #: ``security`` when the change weakens what apt trusts (``gpufleet.drift.security``), else ``normal``.
+    severity: security.Severity = "normal"
 
     def line(self) -> str:
-        return f"{self.host} {self.component}: {self.message}"
+        flag = "SECURITY " if self.severity == "security" else ""
+        return f"{self.host} {self.component}: {flag}{self.message}"
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "component": self.component, "kind": self.kind, "task": self.task,
-                "message": self.message, "diff": self.diff, "disruptive": self.disruptive}
+                "message": self.message, "diff": self.diff, "disruptive": self.disruptive,
+                "severity": self.severity}
 
 
 @dataclass
@@ -80,6 +101,14 @@ class DriftReport:
     #: ``host: task: message`` of failed or unreachable hosts; their drift is unknown.
     errors: list[str] = field(default_factory=list)
     verdict: str = ""
+    #: Hosts whose check failed (a task failed on them) and hosts that stopped answering (unreachable,
+    #: timed out): both need a rerun (``--limit``) once fixed.
+    failed_hosts: list[str] = field(default_factory=list)
+    unreachable_hosts: list[str] = field(default_factory=list)
+
+    @property
+    def error_hosts(self) -> list[str]:
+        return sorted({*self.failed_hosts, *self.unreachable_hosts})
 
     @property
     def drifted_hosts(self) -> list[str]:
@@ -90,6 +119,14 @@ class DriftReport:
 
     def for_host(self, host: str) -> list[DriftItem]:
         return [i for i in self.items if i.host == host]
+
+    def security(self, host: str, component: str | None = None) -> list[DriftItem]:
+        return [i for i in self.items if i.host == host and i.severity == "security"
+                and (component is None or i.component == component)]
+
+    @property
+    def security_items(self) -> list[DriftItem]:
+        return [i for i in self.items if i.severity == "security"]
 
     def needs_drain(self, host: str) -> bool:
         return any(i.disruptive for i in self.for_host(host))
@@ -106,12 +143,34 @@ class DriftReport:
             "in_sync": not self.items and not self.errors,
             "exit_code": self.exit_code,
             "hosts": {h: {"drifted": bool(self.for_host(h)), "needs_drain": self.needs_drain(h),
+                          "security": bool(self.security(h)),
                           "components": {c: self.drifted(h, c) for c in self.components.get(h, [])}}
                       for h in self.hosts},
             "items": [i.to_json() for i in self.items],
             "errors": list(self.errors),
+            "unreachable": list(self.unreachable_hosts),
+            "rerun": self.error_hosts,
             "verdict": self.verdict,
         }
+
+
+def interrupted_items(result: RunResult, packages: Mapping[str, Mapping[str, dpkg.PackageState]]) -> list[DriftItem]:
+    """One finding per host and component whose packages an interrupted dpkg run left half done (``iU``,
+    ``iHR``): a state of its own, not a version difference. It counts for the component whose task read it."""
+    owner: dict[tuple[str, str], tuple[str, str]] = {}
+    for t in result.tasks:
+        if t.status in ("ok", "changed"):
+            for st in dpkg.states_of(t.action, t.res):
+                owner.setdefault((t.host, st.name), (component_of(t) or "site", t.label))
+    found: dict[tuple[str, str, str], list[dpkg.PackageState]] = {}
+    for host, pkgs in packages.items():
+        for st in pkgs.values():
+            if st.interrupted:
+                comp, task = owner.get((host, st.name), ("site", "dpkg"))
+                found.setdefault((host, comp, task), []).append(st)
+    return [DriftItem(host, comp, "dpkg", task, interrupted_message(states),
+                      disruptive=is_disruptive(comp, "dpkg", []))
+            for (host, comp, task), states in found.items()]
 
 
 def build_report(result: RunResult, raw: RawResults | None = None) -> DriftReport:
@@ -119,23 +178,33 @@ def build_report(result: RunResult, raw: RawResults | None = None) -> DriftRepor
     components: dict[str, list[str]] = {h: [] for h in result.hosts}
     for t in result.tasks:
         comp = component_of(t)
-        if t.status != "skipped" and comp not in components.setdefault(t.host, []):
+        components.setdefault(t.host, [])
+        if comp is not None and t.status != "skipped" and comp not in components[t.host]:
             components[t.host].append(comp)
-    items: list[DriftItem] = []
+    packages = dpkg.fold((t.host, t.action, (raw.get(t) if raw else None) or t.res)
+                         for t in result.tasks if t.status in ("ok", "changed"))
+    items = interrupted_items(result, packages)
     for host, tasks in changes_by_host(result).items():
         for t in tasks:
-            comp = component_of(t)
-            kind, lines, diff = messages(t, raw.get(t) if raw else None)
+            comp = component_of(t) or "site"
+            full = raw.get(t) if raw else None
+            kind, lines, diff = messages(t, full, packages.get(host))
             disruptive = is_disruptive(comp, kind, t.tags)
-            items.extend(DriftItem(host, comp, kind, t.label, line, diff if n == 0 else "", disruptive)
-                         for n, line in enumerate(lines))
-    errors = [f"{t.host}: {t.label}: {(t.msg or t.status).strip().splitlines()[0]}" for t in result.failures]
+            weak = security.task_findings(t.action, full if full is not None else t.res, t.diff)
+            for n, line in enumerate(lines):
+                reasons = [r for path, rs in weak.items() if path in line or len(lines) == 1 for r in rs]
+                if reasons:
+                    line = f"{line} ({'; '.join(dict.fromkeys(reasons))})"
+                items.append(DriftItem(host, comp, kind, t.label, line, diff if n == 0 else "", disruptive,
+                                       "security" if reasons else "normal"))
+    errors = [f"{t.host}: {t.label}: {t.reason}" for t in result.failures]
     if not result.ok and not errors:
         errors.append(result.verdict())
     # Hosts finish in any order; sorted output stays comparable between runs.
     items.sort(key=lambda i: i.host)
     return DriftReport(hosts=sorted(components), components=components, items=items, errors=errors,
-                       verdict=result.verdict())
+                       verdict=result.verdict(), failed_hosts=sorted(result.failed_hosts),
+                       unreachable_hosts=sorted(result.unreachable_hosts))
 
 
 def render_text(report: DriftReport, *, diffs: bool = True) -> str:
@@ -152,8 +221,14 @@ def render_text(report: DriftReport, *, diffs: bool = True) -> str:
             if diffs and item.diff:
                 out.extend("      " + ln for ln in item.diff.rstrip("\n").splitlines())
     out.extend(f"error: {e}" for e in report.errors)
+    if report.security_items:
+        hosts = sorted({i.host for i in report.security_items})
+        out.append(f"security: {len(report.security_items)} finding(s) weaken what apt trusts on {', '.join(hosts)}")
     if report.exit_code == EXIT_IN_SYNC:
         out.append(f"in sync: {len(report.hosts)} host(s), nothing would change")
     elif report.items:
         out.append(f"drifted: {len(report.items)} change(s) on {', '.join(report.drifted_hosts)}")
+    if report.error_hosts:
+        out.append(f"drift unknown on {', '.join(report.error_hosts)}: fix them, then rerun with "
+                   f"--limit {','.join(report.error_hosts)}")
     return "\n".join(out)

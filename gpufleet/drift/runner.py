@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from gpufleet.ansible_run.recording import scrub_events, write_events
 from gpufleet.drift.remediate import HostOutcome, HostPlan
 from gpufleet.drift.report import DriftReport, RawResults, build_report
 from gpufleet.drift.skew import collect_versions, find_skew
+from gpufleet.errors import InputError
 from gpufleet.lock import Lock
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ def target_for_stack(stack: ResolvedStack) -> Target:
 def check_drift(target: Target, *, limit: str | None = None, console: Console | None = None,
                 live: bool = False, playbook: Path = SITE,
                 extravars: Mapping[str, Any] | None = None,
-                record: Path | None = None) -> tuple[DriftReport, RunResult]:
+                record: Path | None = None, tags: list[str] | None = None) -> tuple[DriftReport, RunResult]:
     """site.yml in check + diff mode; the report of what it would change.
 
     ``record`` saves the run's events, scrubbed (``gpufleet.ansible_run.recording``), with a ``.meta.json``
@@ -62,13 +65,54 @@ def check_drift(target: Target, *, limit: str | None = None, console: Console | 
             events.append(dict(event))
 
     result = run_playbook(playbook, target.inventory, limit=limit, check=True, diff=True, console=console,
-                          live=live, on_event=sink, extravars=dict(extravars or {}))
+                          live=live, on_event=sink, extravars=dict(extravars or {}), tags=tags)
     if record is not None:
         replace = {str(REPO_ROOT): "{project}", str(target.inventory.parent): "{inventory_dir}"}
         write_events(record, scrub_events(events, replace))
         record.with_suffix(".meta.json").write_text(
             json.dumps({"rc": result.rc, "status": result.status, "check": True}, indent=2) + "\n")
+    if limit and (groups := unmatched_limit(result, target.inventory)) is not None:
+        listed = f"its groups are {', '.join(groups)}" if groups else "it has no groups"
+        raise InputError.one(str(target.inventory), f"--limit {limit!r} matched no host ({listed})",
+                             "give a host or group name of the inventory, or a pattern such as 'gpu-*'",
+                             key="--limit", value=limit, kind="invalid option")
     return build_report(result, raw), result
+
+
+#: What ansible-playbook logs when --limit leaves no host (the warning names the pattern, the error the outcome).
+_NO_HOSTS = ("Could not match supplied host pattern", "leaves us with no hosts to target")
+
+
+def inventory_groups(inventory: Path) -> list[str]:
+    """The inventory's groups as ansible resolves them (any inventory source: file, directory, plugin)."""
+    exe = Path(sys.executable).parent / "ansible-inventory"
+    try:
+        out = subprocess.run([str(exe), "-i", str(inventory), "--list"], capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+        data = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    return sorted(g for g, v in data.items()
+                  if g not in ("_meta", "all") and isinstance(v, dict) and (v.get("hosts") or v.get("children")))
+
+
+def unmatched_limit(result: RunResult, inventory: Path) -> list[str] | None:
+    """The inventory's groups when ansible said that ``--limit`` matched no host; None otherwise."""
+    if result.hosts or result.tasks or not any(m in line for line in result.log_tail for m in _NO_HOSTS):
+        return None
+    return inventory_groups(inventory)
+
+
+#: The tasks that decide what apt trusts (repository sources and keys): every role includes nvidia_repo with
+#: this tag, so a check limited to it is short enough for ``gpufleet validate`` to run on every call.
+SECURITY_TAGS = ["repo"]
+
+
+def check_security(target: Target, *, limit: str | None = None, console: Console | None = None,
+                   live: bool = False) -> DriftReport:
+    """The drift check limited to apt's sources and keys (``SECURITY_TAGS``); its ``security_items`` matter."""
+    report, _ = check_drift(target, limit=limit, console=console, live=live, tags=SECURITY_TAGS)
+    return report
 
 
 def collect_skew(target: Target, *, limit: str | None = None) -> tuple[dict[str, dict[str, str]], RunResult]:

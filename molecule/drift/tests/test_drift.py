@@ -26,9 +26,9 @@ def test_textfile_metric_flags_exactly_the_drifted_components(host):
     flagged = {ln.split("{", 1)[1].split("}")[0] for ln in lines
                if ln.startswith("gpufleet_drift{") and ln.endswith(" 1")}
     assert flagged == {
-        f'stack="molecule-drift",host="{SETTINGS_NODE}",component="{c}"'
+        f'stack="molecule-drift",host="{SETTINGS_NODE}",component="{c}",severity="normal"'
         for c in ("gpu_settings", "nvidia_driver", "nccl", "host_tuning")
-    } | {f'stack="molecule-drift",host="{DRIVER_NODE}",component="nvidia_driver"'}
+    } | {f'stack="molecule-drift",host="{DRIVER_NODE}",component="nvidia_driver",severity="normal"'}
     assert any(ln.startswith("gpufleet_drift_last_run_timestamp_seconds") for ln in lines)
     after = (OUT / "gpufleet_drift_after.prom").read_text().splitlines()
     assert not [ln for ln in after if ln.startswith("gpufleet_drift{") and ln.endswith(" 1")]
@@ -64,6 +64,24 @@ def test_driver_is_back_at_the_lock_and_held(host):
     for pkg in driver_packages("570.172.08"):
         assert installed_version(host, pkg) == "570.172.08-0ubuntu1", pkg
         assert selection(host, pkg) == "hold", pkg
+
+
+def test_nccl_is_back_at_the_lock_and_held(host):
+    _only(host, SETTINGS_NODE)
+    for pkg in ("libnccl2", "libnccl-dev"):
+        assert installed_version(host, pkg) == "2.26.2-1+cuda12.8", pkg
+        assert selection(host, pkg) == "hold", pkg
+
+
+def test_the_weakened_source_was_flagged_security_in_report_and_metric(host):
+    _only(host, CONTROL)
+    report = json.loads((OUT / "security.json").read_text())
+    weak = [i for i in report["items"] if i["severity"] == "security"]
+    assert [(i["host"], i["component"]) for i in weak] == [(SETTINGS_NODE, "nvidia_repo")]
+    assert report["hosts"][SETTINGS_NODE]["security"] is True
+    prom = (OUT / "gpufleet_drift_security.prom").read_text()
+    assert (f'gpufleet_drift{{stack="molecule-drift",host="{SETTINGS_NODE}",component="nvidia_repo",'
+            'severity="security"} 1') in prom
 
 
 def test_gpu_settings_are_back(host):

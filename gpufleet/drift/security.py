@@ -1,0 +1,150 @@
+"""Which pending changes weaken what apt trusts: those are security findings, not just "differs".
+
+apt installs a package only when the repository's Release file is signed by a key the source accepts.
+Three edits on a host defeat that while every package still "installs fine": ``trusted=yes`` on a source
+(unsigned or forged metadata accepted), a ``signed-by`` removed (any key in apt's global keyrings may sign
+for the repository) or pointed at another keyring, and a repository keyring whose content (its key and
+fingerprint) differs from the one gpufleet installs. The check run already carries the host's file and the
+desired one (``--diff``); this module compares them. Nothing here runs on the hosts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+Severity = Literal["security", "normal"]
+
+_SOURCE_DIRS = ("/etc/apt/sources.list.d/",)
+_SOURCE_FILES = ("/etc/apt/sources.list",)
+_KEYRING_DIRS = ("/etc/apt/keyrings/", "/usr/share/keyrings/", "/etc/apt/trusted.gpg.d/")
+#: Source options that turn signature checks off or down (sources.list(5)).
+_INSECURE = {"trusted": "apt accepts its packages unsigned", "allow-insecure": "apt accepts an unsigned Release",
+             "allow-weak": "apt accepts weak signatures",
+             "allow-downgrade-to-insecure": "apt accepts the loss of its signature"}
+_ONE_LINE = re.compile(r"^\s*(?P<type>deb(?:-src)?)\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One repository entry: where from, and the options that decide what apt trusts."""
+
+    uri: str
+    suite: str
+    options: Mapping[str, str]
+
+
+def is_source(path: str) -> bool:
+    return path in _SOURCE_FILES or (path.startswith(_SOURCE_DIRS) and path.endswith((".list", ".sources")))
+
+
+def is_keyring(path: str) -> bool:
+    return path.startswith(_KEYRING_DIRS) or PurePosixPath(path).suffix in (".gpg", ".asc", ".kbx")
+
+
+def parse_sources(text: str) -> list[Source]:
+    """One-line (``deb [opt=v] uri suite …``) and deb822 (``URIs:``/``Suites:``/``Signed-By:``) entries."""
+    out: list[Source] = []
+    stanza: dict[str, str] = {}
+
+    def flush() -> None:
+        if "uris" in stanza:
+            opts = {k: v for k, v in stanza.items() if k not in ("uris", "suites", "types", "components")}
+            for uri in stanza["uris"].split():
+                for suite in stanza.get("suites", "").split() or [""]:
+                    out.append(Source(uri, suite, opts))
+        stanza.clear()
+
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if m := _ONE_LINE.match(line):
+            opts: dict[str, str] = {}
+            for o in (m.group("opts") or "").split():
+                key, _, value = o.partition("=")
+                opts[key.lower()] = value
+            out.append(Source(m.group("uri"), m.group("suite"), opts))
+        elif not line.strip():
+            flush()
+        elif ":" in line and not line[0].isspace():
+            key, _, value = line.partition(":")
+            stanza[key.strip().lower()] = value.strip()
+    flush()
+    return out
+
+
+def _yes(value: str | None) -> bool:
+    return (value or "").lower() in ("yes", "true", "1")
+
+
+def source_findings(on_host: str, desired: str) -> list[str]:
+    """Why the host's version of a source file is less trusted than the desired one (empty: it is not)."""
+    want = {(s.uri.rstrip("/"), s.suite): s for s in parse_sources(desired)}
+    reasons: list[str] = []
+    for s in parse_sources(on_host):
+        w = want.get((s.uri.rstrip("/"), s.suite))
+        for opt, why in _INSECURE.items():
+            if _yes(s.options.get(opt)) and not (w is not None and _yes(w.options.get(opt))):
+                reasons.append(f"{opt}=yes on {s.uri}: {why}")
+        if w is None:
+            continue
+        have_key, want_key = s.options.get("signed-by"), w.options.get("signed-by")
+        if want_key and not have_key:
+            reasons.append(f"signed-by removed from {s.uri}: any key apt trusts may sign it (expected {want_key})")
+        elif want_key and have_key != want_key:
+            reasons.append(f"signed-by of {s.uri} is {have_key}, expected {want_key}")
+    return list(dict.fromkeys(reasons))
+
+
+def keyring_finding(path: str, on_host: Any, desired: Any) -> str:
+    """A repository keyring that differs from the key gpufleet installs (another key, another fingerprint),
+    or is missing."""
+    if on_host in (None, "") or (isinstance(on_host, Mapping) and on_host.get("state") == "absent"):
+        return f"signing key {path} missing"
+    if isinstance(on_host, str) and isinstance(desired, str) and on_host != desired:
+        return f"signing key {path} differs from the pinned key (another key or fingerprint)"
+    return f"signing key {path} differs from the pinned key"
+
+
+_UNKNOWN = object()
+
+
+def task_files(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
+    """(path, on the host, desired) of each file a changed task would write; content ``_UNKNOWN`` when the
+    module shows no diff (get_url)."""
+    by_header = {str(d.get("before_header")): d for d in diffs if "before" in d or "after" in d}
+    out: list[tuple[str, Any, Any]] = []
+    files = res.get("files")
+    if isinstance(files, list):  # the project's managed_files module
+        for f in files:
+            if isinstance(f, Mapping) and f.get("changed") and f.get("dest"):
+                dest = str(f["dest"])
+                d = by_header.get(dest, {})
+                before = "" if f.get("state") == "created" else d.get("before", _UNKNOWN)
+                out.append((dest, before, d.get("after", _UNKNOWN)))
+        return out
+    path = res.get("dest") or res.get("path")
+    if isinstance(path, str):
+        d = by_header.get(path) or (diffs[0] if diffs else {})
+        out.append((path, d.get("before", _UNKNOWN), d.get("after", _UNKNOWN)))
+    return out
+
+
+def task_findings(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """{path: reasons} for a changed task's files that weaken apt's trust."""
+    out: dict[str, list[str]] = {}
+    for path, before, after in task_files(action, res, diffs):
+        if is_source(path):
+            if before is _UNKNOWN or after is _UNKNOWN:
+                continue
+            if reasons := source_findings(before if isinstance(before, str) else "",
+                                          after if isinstance(after, str) else ""):
+                out[path] = reasons
+        elif is_keyring(path):
+            if before is _UNKNOWN:
+                out[path] = [f"signing key {path} differs from the pinned key, or is missing"]
+            else:
+                out[path] = [keyring_finding(path, before, after)]
+    return out

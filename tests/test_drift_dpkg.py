@@ -1,0 +1,77 @@
+"""dpkg's state per package, read from the run's own dpkg reads (dpkg-query formats, the dpkg_hold module), and the
+interrupted-dpkg finding. The dpkg-query lines are real (tests/fixtures/drift/dpkg_interrupted.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.ansible_run import HostStats, RunResult, TaskResult
+from gpufleet.drift import build_report
+from gpufleet.drift.dpkg import PackageState, fold, parse_dpkg_query, states_of
+
+CAPTURE = (Path(__file__).parent / "fixtures" / "drift" / "dpkg_interrupted.txt").read_text()
+DRIVER_FMT = "-f=${Package} ${Version} ${db:Status-Want} ${db:Status-Status}\\n"
+VALIDATION_FMT = "-f=${Package}|${Version}|${db:Status-Abbrev}\\n"
+
+
+def _output(command_start: str) -> str:
+    """The lines the capture shows after the command starting with ``command_start``."""
+    block = CAPTURE.split(f"$ {command_start}", 1)[1].split("\n", 1)[1]
+    return block.split("\n$ ", 1)[0]
+
+
+def test_want_and_status_fields_as_the_driver_role_reads_them() -> None:
+    states = parse_dpkg_query(["dpkg-query", "-W", DRIVER_FMT, "gfa", "gfb", "gfc"],
+                              _output("dpkg-query -W -f='${Package} ${Version}"))
+    assert [(s.name, s.version, s.selection, s.status, s.interrupted) for s in states] == [
+        ("gfa", "1.0", "install", "unpacked", True),
+        ("gfb", "1.0", "install", "half-configured", True),
+        ("gfc", "1.0", "install", "half-installed", True),
+    ]
+
+
+def test_status_abbrev_with_the_reinst_required_flag() -> None:
+    states = parse_dpkg_query(["dpkg-query", "-W", VALIDATION_FMT, "gfa", "gfb", "gfc"],
+                              _output("dpkg-query -W -f='${Package}|${Version}|${db:Status-Abbrev}"))
+    assert [s.abbrev for s in states] == ["iU", "iF", "iHR"]
+    assert states[2].reinst_required and states[2].interrupted_text() == (
+        "gfc 1.0 half-installed, reinstall required (iHR)")
+
+
+def test_held_and_installed_packages_are_not_interrupted() -> None:
+    out = ("nvidia-utils-570 570.172.08-0ubuntu1 hold installed\n"
+           "libnccl2 2.26.2-1+cuda12.8 install installed\nnvidia-dkms-570-open  unknown not-installed\n")
+    states = {s.name: s for s in parse_dpkg_query(["dpkg-query", "-W", DRIVER_FMT], out)}
+    assert states["nvidia-utils-570"].hold_text() == "held" and not states["nvidia-utils-570"].interrupted
+    assert states["libnccl2"].hold_text() == "not held"
+    assert not states["nvidia-dkms-570-open"].installed
+
+
+def test_other_commands_and_formats_without_package_are_ignored() -> None:
+    assert parse_dpkg_query(["dpkg-query", "-W", "-f=${Version}\\n", "x"], "1.0\n") == []
+    assert parse_dpkg_query(["nvidia-smi", "-q"], "x y z w\n") == []
+    assert states_of("ansible.builtin.shell", {"cmd": "dpkg-query -W x", "stdout": "x 1 hold installed"}) == []
+
+
+def test_the_dpkg_hold_module_result_and_later_reads_complete_each_other() -> None:
+    hold = {"before": {"libnccl2": "install", "libnccl-dev": "not installed"},
+            "installed": {"libnccl2": "2.25.1-1+cuda12.8", "libnccl-dev": None},
+            "status": {"libnccl2": "unpacked", "libnccl-dev": "not-installed"}}
+    query = {"cmd": ["dpkg-query", "-W", VALIDATION_FMT, "libnccl2"], "stdout": "libnccl2|2.25.1-1+cuda12.8|iUR\n"}
+    states = fold([("gpu-0", "dpkg_hold", hold), ("gpu-0", "ansible.builtin.command", query)])["gpu-0"]
+    assert states["libnccl2"] == PackageState("libnccl2", "2.25.1-1+cuda12.8", "install", "unpacked", True)
+    assert not states["libnccl-dev"].installed
+
+
+def test_an_interrupted_install_is_a_finding_of_its_own_and_drains_the_driver_node() -> None:
+    read = TaskResult(host="gpu-0", play="p", role="nvidia_driver", task="Read the installed versions",
+                      action="ansible.builtin.command", status="ok", changed=False,
+                      res={"cmd": ["dpkg-query", "-W", DRIVER_FMT, "nvidia-utils-570", "nvidia-dkms-570-open"],
+                           "stdout": "nvidia-utils-570 570.172.08-0ubuntu1 install unpacked\n"
+                                     "nvidia-dkms-570-open 570.172.08-0ubuntu1 hold installed\n"})
+    run = RunResult(rc=0, status="successful", check=True, hosts={"gpu-0": HostStats(ok=1)}, tasks=[read])
+    report = build_report(run)
+    assert [(i.kind, i.line()) for i in report.items] == [(
+        "dpkg", "gpu-0 nvidia_driver: dpkg was interrupted: nvidia-utils-570 570.172.08-0ubuntu1 unpacked, not "
+                "configured (iU); converge runs `dpkg --configure -a`, then the pinned install")]
+    assert report.needs_drain("gpu-0") and report.exit_code == 2
