@@ -133,3 +133,11 @@ def test_managed_files_name_each_file_and_keep_the_diffs() -> None:
     assert lines == ["/etc/nccl.conf: NCCL_DEBUG INFO -> WARN", "/etc/slurm/gres.conf missing",
                      "/usr/local/sbin/x: mode 0644 -> 0755"]
     assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in text
+
+
+def test_an_index_refresh_alone_does_not_claim_that_packages_differ() -> None:
+    raw = {"changed": True, "cache_updated": False,
+           "invocation": {"module_args": {"update_cache": True, "name": None, "upgrade": "no"}}}
+    task = _task("ansible.builtin.apt", {"changed": True}, task="Refresh the package index when the repository changed")
+    assert messages(task, raw)[1] == ["Refresh the package index when the repository changed: the package index "
+                                      "would be refreshed (no package named)"]

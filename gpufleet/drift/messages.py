@@ -273,6 +273,11 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
     kind = kind_of(task.action)
     if kind == "package":
         lines = package_messages(str(res.get("stdout") or ""), task.diff, state)
+        args = (res.get("invocation") or {}).get("module_args") or {}
+        index_only = args.get("update_cache") and not args.get("name") and args.get("upgrade") in (None, "no", False)
+        if not lines and index_only:
+            # An index refresh alone (after a source or key change): no package moves because of it.
+            return kind, [f"{task.task}: the package index would be refreshed (no package named)"], ""
         return kind, lines or [f"{task.task}: packages differ from the lock"], ""
     if kind == "hold":
         return kind, hold_messages(task, res, state), ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,10 @@ PLAYBOOKS = REPO_ROOT / "ansible" / "playbooks"
 SITE = REPO_ROOT / "ansible" / "site.yml"
 SKEW = PLAYBOOKS / "skew.yml"
 REMEDIATE = PLAYBOOKS / "remediate.yml"
+#: ansible's task_timeout for the check run: check mode only reads (dpkg, files, units, nvidia-smi), so a task
+#: still running after this long is a host that stopped answering (ansible.cfg's 1800 s is for installs).
+#: ANSIBLE_TASK_TIMEOUT in the environment wins.
+CHECK_TASK_TIMEOUT = 300
 #: The post-check task names remediate.yml gives; a failure there means "converged but not healthy".
 POSTCHECK_PREFIX = "Post-check"
 
@@ -64,8 +69,10 @@ def check_drift(target: Target, *, limit: str | None = None, console: Console | 
         if record is not None:
             events.append(dict(event))
 
+    timeout = os.environ.get("ANSIBLE_TASK_TIMEOUT", str(CHECK_TASK_TIMEOUT))
     result = run_playbook(playbook, target.inventory, limit=limit, check=True, diff=True, console=console,
-                          live=live, on_event=sink, extravars=dict(extravars or {}), tags=tags)
+                          live=live, on_event=sink, extravars=dict(extravars or {}), tags=tags,
+                          envvars={"ANSIBLE_TASK_TIMEOUT": timeout})
     if record is not None:
         replace = {str(REPO_ROOT): "{project}", str(target.inventory.parent): "{inventory_dir}"}
         write_events(record, scrub_events(events, replace))
@@ -127,6 +134,8 @@ def skew_lines(versions: Mapping[str, Mapping[str, str]], lock: Lock | None) -> 
 def _first_failure(result: RunResult, host: str) -> str:
     """``task: reason``; for a failed command its output says more than "non-zero return code"."""
     for t in result.failures:
+        if t.host == host and t.lost:
+            return f"{t.task}: {t.reason}"
         if t.host == host:
             out = " ".join(str(t.res.get(k) or "").strip() for k in ("stderr", "stdout")).strip()
             msg = (t.msg or t.status).strip()
