@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from gpufleet.errors import ConfigProblem, InputError
 from gpufleet.validation.bench import BenchVerdict
 from gpufleet.validation.health import NodeHealth
 
+if TYPE_CHECKING:
+    from gpufleet.workflow import ResolvedStack
+
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 out = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -30,7 +33,7 @@ StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
 
-def _security_findings(stack: str, limit: str | None) -> list[dict[str, object]]:
+def _security_findings(stack: ResolvedStack, limit: str | None) -> list[dict[str, object]]:
     """Security drift (``gpufleet.drift.security``) of the stack's apt sources and keys, printed; [] when none."""
     from gpufleet.drift.runner import check_security, target_for_stack
 
@@ -136,7 +139,7 @@ def validate_command(
     print_nodes(result.nodes)
     if verdicts:
         print_bench(verdicts)
-    weak = _security_findings(stack, limit) if security else []
+    weak = _security_findings(resolved, limit) if security else []
     bench_ok = all(v.status not in ("fail", "missing-size") for v in verdicts) and not weak
     if report is not None:
         from gpufleet.report import write_report
