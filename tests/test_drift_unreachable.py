@@ -76,3 +76,21 @@ def test_an_ordinary_module_failure_is_not_called_unreachable() -> None:
     (failed,) = result.failures
     assert failed.lost is None and failed.reason == "apt lock held by another process"
     assert result.failed_hosts == [PAUSED] and result.unreachable_hosts == []
+
+
+@pytest.mark.parametrize("res", [
+    # A mirror that timed out is the task's failure, whatever words it uses.
+    {"msg": "Request failed: <urlopen error [Errno 110] Connection timed out>", "status": -1},
+    # A module that crashed printed nothing too, but the connection answered.
+    {"msg": "Module result deserialization failed: No start of json char found", "module_stdout": "",
+     "module_stderr": "Segmentation fault (core dumped)\n", "rc": 139},
+    # A task that manages containers on the host may mention a paused one in its own answer.
+    {"msg": "Error response from daemon: Container web-1 is paused, unpause the container before exec"},
+])
+def test_task_failures_that_mention_connections_are_not_lost_hosts(res: dict[str, object]) -> None:
+    events = read_events(FIXTURES / "paused_before_task.jsonl")
+    for e in events:
+        if e["event"] == "runner_on_failed":
+            e["event_data"]["res"] = {**res, "changed": False}
+    (failed,) = build_result(events, rc=2, status="failed").failures
+    assert failed.lost is None

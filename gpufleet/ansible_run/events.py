@@ -94,7 +94,8 @@ _CONNECTION_LOST = (
     re.compile(r"No such container: \S+"),
     re.compile(r"Connection (?:timed out|closed|reset)|Broken pipe|Timeout, server \S+ not responding"),
 )
-_NO_JSON = "Module result deserialization failed"
+#: ansible's words for a module run that returned no JSON at all ("MODULE FAILURE" in older cores).
+_NO_RESULT = ("Module result deserialization failed", "MODULE FAILURE")
 
 
 def lost_reason(name: str, res: Mapping[str, Any]) -> str | None:
@@ -107,12 +108,15 @@ def lost_reason(name: str, res: Mapping[str, Any]) -> str | None:
         return str(res.get("msg") or "unreachable").strip().splitlines()[0]
     if name != "runner_on_failed":
         return None
-    text = "\n".join(str(res.get(k) or "") for k in ("module_stderr", "module_stdout", "msg"))
+    msg = str(res.get("msg") or "")
+    # Only a result without the module's own answer: a task's own error that mentions a connection (a mirror
+    # that timed out, a container the task manages) is a failure of the task, not a lost host.
+    if not msg.startswith(_NO_RESULT) or str(res.get("module_stdout") or "").strip():
+        return None
+    text = "\n".join(str(res.get(k) or "") for k in ("module_stderr", "module_stdout"))
     for pattern in _CONNECTION_LOST:
         if m := pattern.search(text):
             return f"stopped answering ({m.group(0)})"
-    if str(res.get("msg") or "").startswith(_NO_JSON) and not str(res.get("module_stdout") or "").strip():
-        return "stopped answering (the module printed nothing)"
     return None
 
 
