@@ -94,3 +94,23 @@ def test_task_failures_that_mention_connections_are_not_lost_hosts(res: dict[str
             e["event_data"]["res"] = {**res, "changed": False}
     (failed,) = build_result(events, rc=2, status="failed").failures
     assert failed.lost is None
+
+
+def test_a_loop_whose_items_all_lost_the_host_is_a_lost_host() -> None:
+    # Seen in the drift_pause scenario: host_tuning's loop over sysctls on the paused node failed with "One or
+    # more items failed", each item refused by the Docker daemon.
+    events = read_events(FIXTURES / "paused_before_task.jsonl")
+    refused = next(e for e in events if e["event"] == "runner_on_failed")["event_data"]["res"]
+    item = {**refused, "failed": True, "item": "vm.max_map_count=1048576"}
+    for e in events:
+        if e["event"] == "runner_on_failed":
+            e["event_data"]["res"] = {"msg": "One or more items failed", "failed": True, "changed": False,
+                                      "results": [item, {**item, "item": "net.core.rmem_max=67108864"}]}
+    (lost,) = build_result(events, rc=2, status="failed").failures
+    assert lost.lost == f"stopped answering (Container {PAUSED} is paused)"
+    # One item that failed on its own keeps the loop a failure of the task.
+    for e in events:
+        if e["event"] == "runner_on_failed":
+            e["event_data"]["res"]["results"][1] = {"failed": True, "msg": "invalid value", "item": "x"}
+    (failed,) = build_result(events, rc=2, status="failed").failures
+    assert failed.lost is None

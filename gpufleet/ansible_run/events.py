@@ -120,6 +120,19 @@ def lost_reason(name: str, res: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _lost(name: str, res: Mapping[str, Any]) -> str | None:
+    """``lost_reason`` of a result, or of a loop whose failed items all lost the host ("One or more items
+    failed": each item's exec was refused by the paused container)."""
+    if reason := lost_reason(name, res):
+        return reason
+    items = res.get("results")
+    if name != "runner_on_failed" or not isinstance(items, list):
+        return None
+    failed = [i for i in items if isinstance(i, Mapping) and i.get("failed")]
+    reasons = [lost_reason(name, i) for i in failed]
+    return reasons[0] if failed and all(reasons) else None
+
+
 def _item_label(res: Mapping[str, Any]) -> str:
     label = res.get("_ansible_item_label", res.get("item"))
     return label if isinstance(label, str) else json.dumps(label, default=str, sort_keys=True)
@@ -212,7 +225,7 @@ class ResultBuilder:
             diff=_diffs(res),
             items=self._items.pop(key, []),
             res=trim_res(dict(res)),
-            lost=lost_reason(name, res) if status in ("failed", "unreachable") and not ignored else None,
+            lost=_lost(name, res) if status in ("failed", "unreachable") and not ignored else None,
             duration=float(duration) if isinstance(duration, int | float) else None,
         )
         self.result.tasks.append(task)
