@@ -70,7 +70,8 @@ def test_real_run_matches_the_recording(tmp_path: Path) -> None:
     lines = text.splitlines()
     assert "node-b: failed: Refuse the broken node: node-b is marked broken" in lines
     assert "node-a: changed: demo : Write the role marker" in lines
-    assert lines[-1] == "FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed"
+    assert lines[-1] == ("FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed; "
+                         "rerun them: --limit node-b,node-c")
     assert sum(1 for line in lines if line.startswith(("node-a: ", "node-b: ", "node-c: "))) >= len(
         result.tasks
     )
