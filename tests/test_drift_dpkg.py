@@ -73,5 +73,5 @@ def test_an_interrupted_install_is_a_finding_of_its_own_and_drains_the_driver_no
     report = build_report(run)
     assert [(i.kind, i.line()) for i in report.items] == [(
         "dpkg", "gpu-0 nvidia_driver: dpkg was interrupted: nvidia-utils-570 570.172.08-0ubuntu1 unpacked, not "
-                "configured (iU); converge runs `dpkg --configure -a`, then the pinned install")]
+                "configured (iU); apt refuses to install until `dpkg --configure -a` has run on the host")]
     assert report.needs_drain("gpu-0") and report.exit_code == 2

@@ -91,3 +91,18 @@ def test_the_metric_carries_the_severity() -> None:
     text = render_textfile(report, stack="s", now=0)
     assert 'gpufleet_drift{stack="s",host="gpu-0",component="nvidia_repo",severity="security"} 1' in text
     assert 'gpufleet_drift{stack="s",host="gpu-0",component="nvidia_repo",severity="normal"} 0' in text
+
+
+def test_the_projects_signing_key_module_replacing_the_key_is_a_security_finding() -> None:
+    # ansible/library/apt_signing_key.py in check mode with --diff: the host's keyring and the verified key.
+    diff = [{"before_header": KEY, "after_header": KEY, "before": "-----BEGIN PGP PUBLIC KEY BLOCK-----\nAAA\n",
+             "after": "-----BEGIN PGP PUBLIC KEY BLOCK-----\nBBB\n"}]
+    key = TaskResult(host="gpu-0", play="p", role="nvidia_repo", task="Install the repository signing key",
+                     action="apt_signing_key", status="changed", changed=True, diff=diff,
+                     res={"changed": True, "dest": KEY, "fingerprints": ["EB693B3035CD5710E231E123A4B469963BF863CC"]})
+    (item,) = _report(key).items
+    assert item.severity == "security"
+    assert item.message.endswith(f"(signing key {KEY} differs from the pinned key (another key or fingerprint))")
+    missing = TaskResult(**{**key.__dict__, "diff": [{**diff[0], "before": ""}]})
+    (gone,) = _report(missing).items
+    assert gone.severity == "security" and gone.message.endswith(f"(signing key {KEY} missing)")

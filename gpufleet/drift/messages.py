@@ -234,7 +234,7 @@ def _selection_target(task: TaskResult) -> str:
 def interrupted_message(states: list[PackageState]) -> str:
     """One line for the packages an interrupted dpkg run left behind (what ``dpkg --audit`` lists)."""
     return (f"dpkg was interrupted: {'; '.join(s.interrupted_text() for s in states)}; "
-            "converge runs `dpkg --configure -a`, then the pinned install")
+            "apt refuses to install until `dpkg --configure -a` has run on the host")
 
 
 def hold_messages(task: TaskResult, res: Mapping[str, Any], state: PackageStates | None) -> list[str]:
