@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.ansible_run import HostStats, RunResult, TaskResult
-from gpufleet.drift import build_report
+from gpufleet.ansible_run import HostStats, RunResult, TaskResult, build_result
+from gpufleet.drift import RawResults, build_report
 from gpufleet.drift.dpkg import PackageState, fold, parse_dpkg_query, states_of
 
 CAPTURE = (Path(__file__).parent / "fixtures" / "drift" / "dpkg_interrupted.txt").read_text()
@@ -75,3 +75,38 @@ def test_an_interrupted_install_is_a_finding_of_its_own_and_drains_the_driver_no
         "dpkg", "gpu-0 nvidia_driver: dpkg was interrupted: nvidia-utils-570 570.172.08-0ubuntu1 unpacked, not "
                 "configured (iU); apt refuses to install until `dpkg --configure -a` has run on the host")]
     assert report.needs_drain("gpu-0") and report.exit_code == 2
+
+
+def _event(role: str, uuid: str, line: int, action: str, res: dict[str, object]) -> dict[str, object]:
+    # What ansible-runner sends for a task of the shared install path imported by a package role: the path is
+    # the shared file's, the role and the uuid are the importing role's.
+    return {"event": "runner_on_ok", "event_data": {
+        "host": "gpu-0", "play": "GPU nodes", "role": role, "task": "Hold the packages", "task_uuid": uuid,
+        "task_path": f"{{project}}/roles/pinned_packages/tasks/install.yml:{line}", "resolved_action": action,
+        "res": res}}
+
+
+def test_one_role_s_changed_hold_does_not_hide_another_role_s_read_of_the_same_shared_task() -> None:
+    # The drift scenario's gpufleet-mol-drift-1: nvidia-utils-570 unheld (the driver's read would hold it again:
+    # changed), NCCL downgraded and unheld (NCCL's read finds it moving: unchanged). Both reads are the same task
+    # of install.yml; keyed by its path, the driver's result stood for NCCL's and NCCL's hold state was lost.
+    driver = _event("nvidia_driver", "uuid-1", 17, "dpkg_hold", {
+        "changed": True, "changed_packages": ["nvidia-utils-570"], "moving": [],
+        "before": {"nvidia-utils-570": "install"}, "installed": {"nvidia-utils-570": "570.172.08-0ubuntu1"},
+        "status": {"nvidia-utils-570": "installed"}})
+    nccl = _event("nccl", "uuid-2", 17, "dpkg_hold", {
+        "changed": False, "changed_packages": [], "moving": ["libnccl2", "libnccl-dev"],
+        "before": {"libnccl2": "install", "libnccl-dev": "install"},
+        "installed": {"libnccl2": "2.25.1-1+cuda12.8", "libnccl-dev": "2.25.1-1+cuda12.8"},
+        "status": {"libnccl2": "installed", "libnccl-dev": "installed"}})
+    apt = _event("nccl", "uuid-3", 30, "ansible.builtin.apt", {
+        "changed": True, "stdout": "Inst libnccl2 [2.25.1-1+cuda12.8] (2.26.2-1+cuda12.8 cuda [amd64])\n"
+                                   "Inst libnccl-dev [2.25.1-1+cuda12.8] (2.26.2-1+cuda12.8 cuda [amd64])\n"})
+    events = [driver, nccl, apt]
+    raw = RawResults()
+    for e in events:
+        raw(e)
+    report = build_report(build_result(events, rc=0, status="successful", check=True), raw)
+    assert [i.line() for i in report.items] == [
+        "gpu-0 nvidia_driver: nvidia-utils-570: 570.172.08-0ubuntu1 installed, as locked; not held, expected held",
+        "gpu-0 nccl: libnccl2, libnccl-dev: 2.25.1-1+cuda12.8 installed, 2.26.2-1+cuda12.8 locked; not held"]

@@ -203,6 +203,7 @@ class ResultBuilder:
         else:
             status, changed = "unreachable", False
         task_path = data.get("task_path")
+        task_uuid = data.get("task_uuid")
         duration = data.get("duration")
         tagged = data.get(TAGS_KEY)
         tags: list[str] = []
@@ -222,6 +223,7 @@ class ResultBuilder:
             msg=_msg(res),
             tags=tags,
             task_path=task_path if isinstance(task_path, str) else None,
+            task_uuid=task_uuid if isinstance(task_uuid, str) and task_uuid else None,
             diff=_diffs(res),
             items=self._items.pop(key, []),
             res=trim_res(dict(res)),

@@ -88,6 +88,9 @@ class TaskResult:
     msg: str | None = None
     tags: list[str] = field(default_factory=list)
     task_path: str | None = None
+    #: ansible's id of the task object. Unlike ``task_path`` it tells apart the copies of one task file
+    #: imported by several roles (roles/pinned_packages/tasks/install.yml): same path, one uuid per import.
+    task_uuid: str | None = None
     diff: list[dict[str, Any]] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
     res: dict[str, Any] = field(default_factory=dict)

@@ -25,8 +25,15 @@ DISRUPTIVE_TAG = "disruptive"
 EXIT_IN_SYNC, EXIT_ERROR, EXIT_DRIFTED = 0, 1, 2
 
 
+def _task_key(host: str, task_uuid: Any, task_path: Any) -> tuple[str, str]:
+    # The task's uuid, not its path: every package role imports roles/pinned_packages/tasks/install.yml, so one
+    # path is several tasks on a host, and keyed by path one role's result (the driver's changed hold) would
+    # stand for another's (NCCL's unchanged dpkg read: its packages' hold state lost). Old recordings: the path.
+    return host, f"uuid:{task_uuid}" if task_uuid else f"path:{task_path}"
+
+
 class RawResults:
-    """Event sink keeping the full ``res`` of changed task results, keyed by (host, task_path)."""
+    """Event sink keeping the full ``res`` of changed task results, keyed by (host, task)."""
 
     def __init__(self) -> None:
         self.by_task: dict[tuple[str, str], dict[str, Any]] = {}
@@ -37,10 +44,10 @@ class RawResults:
         data: Mapping[str, Any] = event.get("event_data") or {}
         res = data.get("res")
         if isinstance(res, Mapping) and res.get("changed") and isinstance(data.get("host"), str):
-            self.by_task[(str(data["host"]), str(data.get("task_path")))] = dict(res)
+            self.by_task[_task_key(str(data["host"]), data.get("task_uuid"), data.get("task_path"))] = dict(res)
 
     def get(self, task: TaskResult) -> dict[str, Any] | None:
-        return self.by_task.get((task.host, str(task.task_path)))
+        return self.by_task.get(_task_key(task.host, task.task_uuid, task.task_path))
 
 
 #: Play-level tasks that read the host and manage nothing: they are not a component of their own.
