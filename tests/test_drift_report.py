@@ -1,7 +1,7 @@
 """The drift report on a real check run recorded from the Molecule drift scenario after its perturbations:
 gpufleet-mol-drift-1 had GPU3's power limit lowered, persistence off (nvidia-persistenced stopped), the boot
-unit disabled, /etc/nccl.conf and a sysctl edited, nvidia-utils-570 unheld; gpufleet-mol-drift-2 had its driver
-downgraded and unheld.
+unit disabled, /etc/nccl.conf and a sysctl edited, nvidia-utils-570 unheld, NCCL downgraded and unheld;
+gpufleet-mol-drift-2 had its driver downgraded and unheld.
 (Re-record: tests/fixtures/drift/trim.py.)"""
 
 from __future__ import annotations
@@ -38,25 +38,25 @@ def replay() -> tuple[RunResult, RawResults]:
 
 def test_each_perturbation_is_named_with_from_and_to(replay: tuple[RunResult, RawResults]) -> None:
     report = build_report(*replay)
-    # This recording kept only changed results, so dpkg's reads of unchanged tasks are missing: the hold finding
-    # still has its selection (the hold module's own read), the version line says that the hold was not read.
-    # Recordings made with tests/fixtures/drift/trim.py as it is now keep the reads (test_drift_dpkg.py).
+    # Every package line has dpkg's installed version and hold state, read in the same run by each role's import
+    # of the shared install path (one task file, so one task path for the driver's changed hold and NCCL's
+    # unchanged read on the same host: results are told apart by the task's uuid).
     assert [i.line() for i in report.items] == [
-        f"{S} nvidia_driver: nvidia-utils-570: installed version not read; not held, expected held",
+        f"{S} nvidia_driver: nvidia-utils-570: 570.172.08-0ubuntu1 installed, as locked; not held, expected held",
         f"{S} nvidia_driver: nvidia-persistenced: enabled, inactive; expected enabled, started",
         f"{S} gpu_settings: GPU0-7 persistence mode off, expected on",
         f"{S} gpu_settings: GPU3 power limit 500 W, expected 700 W",
         f"{S} gpu_settings: gpufleet-gpu-settings.service: disabled; expected enabled",
+        f"{S} nccl: libnccl-dev, libnccl2: 2.25.1-1+cuda12.8 installed, 2.26.2-1+cuda12.8 locked; not held",
         f"{S} nccl: /etc/nccl.conf: NCCL_DEBUG INFO -> WARN",
         f"{S} host_tuning: sysctl vm.max_map_count differs, expected 1048576",
-        f"{D} nvidia_driver: {DRIVER_PKGS}: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked; "
-        "hold state not read",
+        f"{D} nvidia_driver: {DRIVER_PKGS}: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 locked; not held",
     ]
     assert report.exit_code == EXIT_DRIFTED and report.errors == []
 
 
 def test_the_file_change_carries_its_diff(replay: tuple[RunResult, RawResults]) -> None:
-    nccl = next(i for i in build_report(*replay).items if i.component == "nccl")
+    nccl = next(i for i in build_report(*replay).items if i.component == "nccl" and i.kind == "file")
     assert "-NCCL_DEBUG=INFO\n+NCCL_DEBUG=WARN\n" in nccl.diff
     assert nccl.diff.startswith("--- /etc/nccl.conf (on the host)\n+++ /etc/nccl.conf (desired)\n")
 
@@ -85,7 +85,7 @@ def test_text_and_json_views(replay: tuple[RunResult, RawResults]) -> None:
     report = build_report(*replay)
     text = render_text(report)
     assert f"{D} (needs drain)" in text and "      +NCCL_DEBUG=WARN" in text
-    assert text.splitlines()[-1] == f"drifted: 8 change(s) on {S}, {D}"
+    assert text.splitlines()[-1] == f"drifted: 9 change(s) on {S}, {D}"
     data = report.to_json()
     assert data["hosts"][S]["components"]["gpu_settings"] is True and data["hosts"][C]["drifted"] is False
     assert json.loads(json.dumps(data)) == data
