@@ -104,7 +104,9 @@ def test_drift_found_each_change_then_remediation_cleared_it():
     report = json.loads((OUT / "drift.json").read_text())
     lines = sorted(f"{i['component']} {i['message']}" for i in report["items"] if i["host"] == NODE)
     assert any(ln.startswith("gpu_settings GPU3 power limit 500 W, expected 650 W") for ln in lines), lines
-    assert "nvidia_driver nvidia-utils-570 not held" in lines, lines
+    # Drift names the installed version against the lock and the hold state (issue 13's package findings).
+    unheld = "installed, as locked; not held, expected held"
+    assert any(ln.startswith("nvidia_driver nvidia-utils-570: ") and ln.endswith(unheld) for ln in lines), lines
     assert "nvidia_driver /etc/apt/apt.conf.d/51gpufleet-nvidia-blacklist differs" in lines, lines
     assert len(lines) == 3, lines
     remediation = json.loads((OUT / "remediate.json").read_text())["remediation"]
