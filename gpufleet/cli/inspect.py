@@ -3,8 +3,9 @@ nccl-tests logs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,6 +25,17 @@ FileArg = Annotated[Path, typer.Argument(help="saved output")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout instead of a table")]
 
 
+T = TypeVar("T")
+
+
+def _parsed(file: Path, parse: Callable[[str], T]) -> T:
+    """The file read within the input limits and parsed; a parse error is the contract's parse error (exit 1)."""
+    try:
+        return parse(read_text(file, "log"))
+    except ParseError as e:
+        raise parse_failure(str(file), e) from None
+
+
 def _show(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -32,10 +44,7 @@ def _show(value: Any) -> str:
 @contract
 def smi_xml(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi -q -x`` output."""
-    try:
-        report = parse_smi_xml(read_text(file, "log"))
-    except ParseError as e:
-        raise parse_failure(str(file), e) from None
+    report = _parsed(file, parse_smi_xml)
     if as_json:
         print_json(report.to_dict())
         return
@@ -90,10 +99,7 @@ def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
 @contract
 def topo(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi topo -m`` output: per GPU its NUMA node, CPU affinity, NVLink peers and nearest NICs."""
-    try:
-        model = parse_topo_m(read_text(file, "log"))
-    except ParseError as e:
-        raise parse_failure(str(file), e) from None
+    model = _parsed(file, parse_topo_m)
     data = model.to_dict()
     if as_json:
         print_json(data)
@@ -116,10 +122,7 @@ def topo(file: FileArg, as_json: JsonOpt = False) -> None:
 @contract
 def nvlink(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi nvlink -s``: active links and their speed per GPU."""
-    try:
-        gpus = parse_nvlink_status(read_text(file, "log"))
-    except ParseError as e:
-        raise parse_failure(str(file), e) from None
+    gpus = _parsed(file, parse_nvlink_status)
     data = [{"index": g.index, "name": g.name, "uuid": g.uuid, "active_links": g.active_links,
              "links": {str(k): v for k, v in g.links.items()}, "inactive": list(g.inactive), "note": g.note}
             for g in gpus]
