@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.cli import bench as bench_cmd
 from gpufleet.cli import cluster
 from gpufleet.cli import drift as drift_cmd
 from gpufleet.cli import inspect as inspect_cmd
@@ -42,6 +43,7 @@ app.registered_commands.extend(plan_cmd.app.registered_commands)
 app.command("drift")(drift_cmd.drift_command)
 app.command("remediate")(drift_cmd.remediate_command)
 app.command("validate")(validate_cmd.validate_command)
+bench_cmd.register(validate_cmd.app)
 app.add_typer(validate_cmd.app, name="bench", help="Acceptance benchmarks: render job templates, gate results.")
 
 

@@ -1,0 +1,1 @@
+"""Benchmark models: the scale model (issue 17)."""

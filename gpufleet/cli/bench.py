@@ -1,0 +1,104 @@
+"""``gpufleet bench scale-model``: predicted wall time of a no-op converge and a drift check on a fleet."""
+
+from __future__ import annotations
+
+import configparser
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.cli.contract import contract, print_json
+from gpufleet.errors import InputError
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def shipped_forks() -> int:
+    """``forks`` of ansible/ansible.cfg: the one place it is set."""
+    from gpufleet.ansible_run.runner import ANSIBLE_CFG
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ANSIBLE_CFG)
+    return cfg.getint("defaults", "forks", fallback=5)
+
+
+def scale_model_command(
+    nodes: Annotated[list[int], typer.Option(help="Fleet size (repeat for several).")] = [100, 1000, 10000],  # noqa: B006
+    forks: Annotated[int | None, typer.Option(help="Ansible forks (default: ansible/ansible.cfg's).")] = None,
+    slices: Annotated[int, typer.Option(help="AWX/AAP job slices, each on its own execution node.")] = 1,
+    controller_cores: Annotated[float, typer.Option(help="Cores of the controller (of each execution node).")]
+    = 8.0,
+    control_persist: Annotated[bool, typer.Option(
+        "--control-persist/--no-control-persist",
+        help="SSH ControlPersist (ansible.cfg ships it): a channel per module run, not a new connection.")] = True,
+    shared_cores: Annotated[bool, typer.Option(
+        help="The sandbox: nodes run on the controller's cores, reached by docker exec (no SSH terms).")] = False,
+    bench: Annotated[Path | None, typer.Option(
+        help="Scale bench results (default: the newest benchmarks/results/*-scale.json).")] = None,
+    checkout: Annotated[str | None, typer.Option(
+        help="Which measured checkout's costs (default: the last one in the results).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the inputs and predictions as JSON.")] = False,
+) -> None:
+    """Predict a no-op converge's and a drift check's wall time from the scale bench's measured costs."""
+    from gpufleet.bench import scale_model as sm
+
+    path = bench
+    if path is None:
+        try:
+            path = sm.latest_bench()
+        except FileNotFoundError as e:
+            raise InputError.one(str(sm.RESULTS_DIR), str(e), "run `python -m benchmarks.scale run` or pass --bench",
+                                 key="--bench", kind="input error") from None
+    try:
+        doc = sm.load_bench(path)
+    except ValueError as e:
+        raise InputError.one(str(path), f"not a scale bench result: {e}",
+                             "pass a benchmarks/results/*-scale.json file", key="--bench", kind="input error") from None
+    try:
+        costs = [sm.fit_op(doc, op, checkout=checkout) for op in sm.OPERATIONS]
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        raise InputError.one(str(path), f"cannot take the model's inputs from it: {e}",
+                             "pass a scale bench result with no-op converge and drift runs (and --checkout one of "
+                             "its checkouts)", key="--checkout" if checkout else "-", value=checkout,
+                             kind="input error") from None
+    f = forks if forks is not None else shipped_forks()
+    predictions: list[dict[str, Any]] = []
+    for n in nodes:
+        try:
+            fleet = sm.Fleet(nodes=n, forks=f, slices=slices, controller_cores=controller_cores,
+                             shared_cores=shared_cores,
+                             connection_s=0.0 if shared_cores else (sm.SSH_CHANNEL_S if control_persist
+                                                                    else sm.SSH_CONNECT_S),
+                             connection_cpu_s=0.0 if shared_cores or control_persist else sm.SSH_CONNECT_CPU_S)
+        except ValueError as e:
+            raise InputError.one("-", str(e), "pass --nodes, --forks and --slices >= 1, at most one slice per node",
+                                 key="--nodes", value=n, kind="invalid option") from None
+        predictions += [sm.predict(c, fleet).to_json() for c in costs]
+    data = {"bench": str(path), "checkout": checkout or doc["checkouts"][-1]["label"], "forks": f, "slices": slices,
+            "controller_cores": controller_cores, "control_persist": control_persist, "shared_cores": shared_cores,
+            "inputs": [c.__dict__ for c in costs], "predictions": predictions}
+    if json_out:
+        print_json(data)
+        return
+    table = Table(title=f"scale model: forks {f}, {slices} slice(s), {controller_cores:g} controller cores, "
+                  + ("shared cores (sandbox)" if shared_cores else
+                     "SSH " + ("ControlPersist" if control_persist else "new connection per module run")))
+    for col in ("operation", "nodes", "hosts/slice", "step s", "wall", "bound", "controller CPU s"):
+        table.add_column(col)
+    for p in predictions:
+        table.add_row(p["op"], str(p["nodes"]), str(p["hosts_per_slice"]), f"{p['step_s']:.2f}",
+                      _duration(p["wall_s"]), p["bound"], f"{p['controller_cpu_s']:.0f}")
+    console.print(table)
+    console.print(f"inputs: {path} (checkout {data['checkout']}); assumptions: docs/scale.md", highlight=False)
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 600 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("scale-model")(contract(scale_model_command))
