@@ -51,6 +51,12 @@ class ResolvedStack:
             raise InputError.one(str(hosts), "the stack's inventory does not exist",
                                  f"run `gpufleet up --stack {self.spec.stack}` first (it writes the inventory from "
                                  "the stack's outputs)", kind="missing inventory")
+        # The hosts are the stack's outputs (written by `gpufleet up`); the vars are this command's spec and lock,
+        # re-rendered now: a lock or stack file edited since `up` reaches the hosts, and the lock digest the first
+        # play checks is the current lock's.
+        from gpufleet.inventory.writer import write_inventory_vars
+
+        write_inventory_vars(self.spec, self.lock, out)
         return hosts
 
 

@@ -415,10 +415,11 @@ def test_plan_without_the_sdk_is_one_error_exit_1(monkeypatch: pytest.MonkeyPatc
 
 def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpufleet.infra import automation
+    from gpufleet.workflow import resolve_stack
 
     calls: list[str] = []
     monkeypatch.setitem(sys.modules, "pulumi_aws", None)
     monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
     with pytest.raises(ConfigError) as e:
-        automation.up("aws-p5")
+        automation.up(resolve_stack("aws-p5"))
     assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[aws]'")

@@ -41,7 +41,7 @@ def up(stack: StackOpt = "local", json_out: JsonOpt = False,
         from gpufleet.infra.automation import up as pulumi_up
 
         try:
-            pulumi_up(stack)
+            pulumi_up(resolved)
         except PulumiCliMissing as e:
             message, _, fix = str(e).partition(": ")
             raise InputError.one("pulumi", message, fix, kind="missing tool") from None

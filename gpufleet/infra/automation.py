@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet import REPO_ROOT
 from gpufleet.inventory import hosts_from_outputs, inventory_dir, write_inventory
-from gpufleet.spec import load_spec
+
+if TYPE_CHECKING:
+    from gpufleet.workflow import ResolvedStack
 
 INSTALL_HINT = ("install the Pulumi CLI (curl -fsSL https://get.pulumi.com | sh, see "
                 "https://www.pulumi.com/docs/iac/download-install/), then run `pulumi login --local`")
@@ -27,9 +29,10 @@ def require_cli(which: Callable[[str], str | None] | None = None) -> str:
     return path
 
 
-def up(stack: str, *, on_output: Callable[[str], Any] | None = print) -> dict[str, Any]:
-    """Run ``pulumi up`` for ``stack``, write ``inventories/<stack>/``, return the stack outputs."""
-    spec = load_spec(stack)
+def up(stack: ResolvedStack, *, on_output: Callable[[str], Any] | None = print) -> dict[str, Any]:
+    """Run ``pulumi up`` for the resolved ``stack`` (the command's spec and checked lock, never reloaded here),
+    write ``inventories/<stack>/``, return the stack outputs."""
+    spec, lock = stack.spec, stack.lock
     if spec.backend == "local":
         raise ValueError(f"stack {spec.stack} is the local sandbox: its nodes are containers made by "
                          "`gpufleet up` itself, not by Pulumi")
@@ -40,9 +43,6 @@ def up(stack: str, *, on_output: Callable[[str], Any] | None = print) -> dict[st
     require_cli()
     from pulumi import automation as auto
 
-    from gpufleet.infra.program import resolve
-
-    lock = resolve(spec)
     workspace_stack = auto.select_stack(stack_name=spec.stack, work_dir=str(REPO_ROOT))
     result = workspace_stack.up(on_output=on_output)
     outputs = {key: out.value for key, out in result.outputs.items()}

@@ -150,6 +150,15 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
     out_dir.mkdir(parents=True, exist_ok=True)
     hosts_file = out_dir / "hosts.yml"
     _dump(hosts_file, {"all": {"children": children}})
+    write_inventory_vars(spec, lock, out_dir)
+    return hosts_file
+
+
+def write_inventory_vars(spec: ClusterSpec, lock: Any, out_dir: Path) -> None:
+    """Write everything of the inventory but its hosts: group_vars from ``spec`` and ``lock``, the dynamic-inventory
+    plugin file. Every command that runs Ansible calls it with the stack it resolved, so the vars that reach the hosts
+    are the current stack file's and lock's, whoever wrote hosts.yml (``gpufleet up``, from the stack's outputs)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     _dump(out_dir / "group_vars" / "all" / "cluster.yml", cluster_vars(spec))
     for pool in spec.pools:
         pool_vars = pool_role_vars(pool)
@@ -170,4 +179,3 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
     from gpufleet.lock import write_group_vars
 
     write_group_vars(lock, out_dir)
-    return hosts_file
