@@ -60,3 +60,46 @@ def test_role_has_molecule_scenario_with_check(role: Path) -> None:
     for step in ("check", "converge", "idempotence", "verify"):
         assert step in seq, f"{role.name}: scenario lacks {step}"
     assert seq.index("check") < seq.index("converge")
+
+
+#: The break-and-restore step (molecule/shared/restore.yml) as a scenario's test_sequence names it.
+RESTORE_STEP = "side_effect ../shared/restore.yml"
+SCENARIOS = sorted(p.parent for p in (REPO_ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def _runs_restore(scenario: Path) -> tuple[list[str], bool]:
+    """The scenario's test_sequence and whether it runs restore.yml (as an argument, or as its side_effect)."""
+    doc = _load(scenario / "molecule.yml")
+    assert isinstance(doc, dict)
+    seq: list[str] = doc["scenario"]["test_sequence"]
+    default = ((doc.get("provisioner") or {}).get("playbooks") or {}).get("side_effect", "")
+    return seq, RESTORE_STEP in seq or (default == "../shared/restore.yml" and "side_effect" in seq)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_break_and_restore_step_is_wired(scenario: Path) -> None:
+    """A scenario with breaks.yml runs restore.yml between idempotence and verify, and one that runs it has
+    well-formed breaks: each a name, a script and the converge tasks that must report changed."""
+    seq, runs = _runs_restore(scenario)
+    breaks_file = scenario / "breaks.yml"
+    assert runs == breaks_file.exists(), (
+        f"{scenario.name}: {'runs restore.yml without' if runs else 'has'} breaks.yml"
+        f"{'' if runs else ' but its test_sequence lacks ' + repr(RESTORE_STEP)}"
+    )
+    if not runs:
+        return
+    step = seq.index(RESTORE_STEP) if RESTORE_STEP in seq else seq.index("side_effect")
+    assert seq.index("idempotence") < step < seq.index("verify"), (
+        f"{scenario.name}: restore must run after idempotence, before verify"
+    )
+    doc = _load(breaks_file)
+    assert isinstance(doc, dict) and isinstance(doc.get("restore_breaks"), list) and doc["restore_breaks"], (
+        f"{breaks_file}: restore_breaks must be a non-empty list"
+    )
+    for b in doc["restore_breaks"]:
+        assert isinstance(b, dict) and set(b) <= {"name", "run", "changed", "hosts"}, f"{breaks_file}: bad entry {b}"
+        assert isinstance(b.get("name"), str) and isinstance(b.get("run"), str), f"{breaks_file}: {b}: name, run"
+        changed = b.get("changed")
+        assert isinstance(changed, list) and changed and all(isinstance(t, str) for t in changed), (
+            f"{breaks_file}: {b['name']}: changed must be a non-empty list of task names"
+        )
