@@ -99,6 +99,10 @@ for _v in ("1.17.8-1", "1.18.0-1"):
         )
     }
 
+# Whamcloud's Lustre client for Ubuntu 22.04 (downloads.whamcloud.com/public/lustre/lustre-2.15.<n>/ubuntu2204/client/).
+for _v in ("2.15.5-1", "2.15.6-1"):
+    EXPECTED |= {("lustre-client-utils", _v), ("lustre-client-modules-dkms", _v)}
+
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> RepoInfo:
@@ -119,6 +123,13 @@ def _stanzas(repo: RepoInfo) -> list[dict[str, str]]:
 
 def _find(repo: RepoInfo, name: str, version: str) -> dict[str, str]:
     return next(s for s in _stanzas(repo) if s["Package"] == name and s["Version"] == version)
+
+
+def test_lustre_client_packages_mirror_whamcloud_s(repo: RepoInfo) -> None:
+    dkms = _find(repo, "lustre-client-modules-dkms", "2.15.6-1")
+    assert dkms["Depends"] == "lustre-client-utils"
+    assert dkms["Maintainer"].startswith("Lustre Developers")
+    assert "Whamcloud's package" in (repo.repo_dir / "Packages").read_text()
 
 
 def test_index_lists_every_version_of_the_table(repo: RepoInfo) -> None:

@@ -16,7 +16,7 @@ import yaml
 from gpufleet import REPO_ROOT
 from gpufleet.lock import PROFILES
 from gpufleet.lock.layer import LAYER_FILE, default_lock, layer_text, render_layer
-from gpufleet.lock.packages import driver_names, fabric_manager_names, host_packages
+from gpufleet.lock.packages import driver_names, fabric_manager_names, host_packages, lustre_client_packages
 
 
 def test_committed_layer_is_current() -> None:
@@ -61,12 +61,13 @@ ALLOWED = (
     "stacks/",
 )
 SCANNED = ("roles/", "ansible/", "gpufleet/", "molecule/shared/")
-#: NVIDIA's CUDA-repository package names (with an optional branch or flavour) and driver versions (3-digit branch,
+#: NVIDIA's CUDA-repository package names (with an optional branch or flavour), Whamcloud's Lustre client's, and driver
+#: versions (3-digit branch,
 #: minor, optional patch: the lock's FORMATS["driver"]). A unit name (nvidia-fabricmanager.service) is not a package.
 NAMES = re.compile(
     r"(?<![\w-])(nvidia-(driver|dkms|kernel-source|kernel-common|utils|compute-utils|fabricmanager)"
     r"|libnvidia-(compute|cfg1|common|nscq|container)|cuda-toolkit-\d+-\d+|cuda-drivers|libcudnn\d|libnccl(2|-dev)"
-    r"|datacenter-gpu-manager|nvidia-container-toolkit)(?!\.[a-z])")
+    r"|datacenter-gpu-manager|nvidia-container-toolkit|lustre-client-(utils|modules))(?!\.[a-z])")
 DRIVER = re.compile(r"(?<![\w.])(5[2-9]\d|6\d\d)\.\d{2,3}(\.\d{2})?(?![\w.])")
 #: YAML keys whose values are prose (task names, messages, documentation), unit names, or file names.
 PROSE_KEYS = {"name", "description", "short_description", "fail_msg", "success_msg", "msg"}
@@ -149,7 +150,7 @@ def test_no_package_name_or_driver_version_outside_the_lock() -> None:
 
 def test_the_grep_sees_a_copy() -> None:
     # Every name and version the lock produces matches, so a copy of any of them would be caught.
-    for name, _ in host_packages(default_lock(), nvswitch=True):
+    for name, _ in host_packages(default_lock(), nvswitch=True) + lustre_client_packages(default_lock()):
         assert NAMES.search(name), name
     assert DRIVER.search(default_lock().driver)
     assert _python_strings('X = "libnccl2"\nY = f"nvidia-utils-{b}"\n') == ["libnccl2", "nvidia-utils-"]

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from gpufleet.ansible_run import TaskResult
 from gpufleet.drift.dpkg import PackageState
 
-Kind = Literal["package", "hold", "dpkg", "gpu_setting", "file", "service", "sysctl", "reboot", "other"]
+Kind = Literal["package", "hold", "dpkg", "gpu_setting", "file", "service", "sysctl", "mount", "reboot", "other"]
 
 #: ``apt-get -s`` says what it would do as ``Inst <pkg> [<installed>] (<candidate> <origin> [<arch>])``.
 _INST = re.compile(r"^Inst (?P<pkg>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<new>\S+)", re.MULTILINE)
@@ -32,6 +32,7 @@ _SERVICE_ACTIONS = frozenset({
 _SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl"})
 # dpkg_hold is the project's one-call module (ansible/library); dpkg_selections loops come from users' own roles.
 _HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections", "dpkg_hold"})
+_MOUNT_ACTIONS = frozenset({"ansible.posix.mount", "mount"})
 _REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "reboot"})
 _GPU_ACTIONS = frozenset({"gpu_settings"})
 _GPU_FIELDS: dict[str, tuple[str, str]] = {
@@ -55,6 +56,8 @@ def kind_of(action: str) -> Kind:
         return "service"
     if action in _SYSCTL_ACTIONS:
         return "sysctl"
+    if action in _MOUNT_ACTIONS:
+        return "mount"
     if action in _REBOOT_ACTIONS:
         return "reboot"
     return "other"
@@ -231,6 +234,31 @@ def _selection_target(task: TaskResult) -> str:
     return "hold"
 
 
+#: What ansible.posix.mount changes in each state: it reports only "changed", not which of the two moved.
+_MOUNT_PENDING = {
+    "present": "missing from /etc/fstab or different there",
+    "mounted": "not mounted, or missing from /etc/fstab or different there",
+}
+
+
+def mount_messages(res: Mapping[str, Any]) -> list[str]:
+    """``Lustre mount /lustre/checkpoints (10.0.0.5@o2ib:/ai/checkpoints, _netdev,flock): missing from /etc/fstab or
+    different there`` per mount (loop item) that would change; the module returns its arguments, and the full result
+    (``raw``) its ``state`` too."""
+    listed = res.get("results")
+    results: list[Any] = listed if isinstance(listed, list) else [res]
+    out = []
+    for r in results:
+        if not isinstance(r, Mapping) or not r.get("changed"):
+            continue
+        fstype = r.get("fstype")
+        what = "Lustre mount" if fstype == "lustre" else (f"{fstype} mount" if fstype else "mount")
+        state = ((r.get("invocation") or {}).get("module_args") or {}).get("state")
+        pending = _MOUNT_PENDING.get(str(state), "not mounted or not in /etc/fstab as expected")
+        out.append(f"{what} {r.get('name') or r.get('path')} ({r.get('src')}, {r.get('opts')}): {pending}")
+    return out
+
+
 def interrupted_message(states: list[PackageState]) -> str:
     """One line for the packages an interrupted dpkg run left behind (what ``dpkg --audit`` lists)."""
     return (f"dpkg was interrupted: {'; '.join(s.interrupted_text() for s in states)}; "
@@ -297,6 +325,8 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
             name, _, want = label.partition("=")
             lines.append(f"sysctl {name} differs, expected {want}" if want else f"sysctl {name} differs")
         return kind, lines or [f"sysctl: {task.task}"], ""
+    if kind == "mount":
+        return kind, mount_messages(res) or [f"{task.task}: mounts differ"], ""
     if kind == "reboot":
         return kind, [f"reboot: {task.task}"], ""
     msg = (task.msg or "").strip()

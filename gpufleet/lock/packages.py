@@ -13,6 +13,12 @@ Naming (../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md):
   installs it: the roles pin the co-versioned set it would pull in);
 - CUDA toolkit ``cuda-toolkit-X-Y``; cuDNN 9 ``libcudnn9-cuda-X``; NCCL ``libnccl2``/``libnccl-dev`` with
   the ``+cudaX.Y`` build in the version; DCGM 4 ``datacenter-gpu-manager-4-*`` with epoch ``1:``.
+
+Not NVIDIA's, named here for the same reason (one place): Whamcloud's Lustre client for Ubuntu 22.04
+(downloads.whamcloud.com/public/lustre/lustre-2.15.<n>/ubuntu2204/client/): ``lustre-client-utils`` (mount.lustre,
+lctl, lfs, lnetctl) and the kernel modules, either prebuilt for one kernel (``lustre-client-modules-<kernel release>``,
+e.g. ``lustre-client-modules-5.15.0-88-generic_2.15.8-1_amd64.deb``) or built by DKMS for whatever kernel runs
+(``lustre-client-modules-dkms``, a binary of the ``lustre`` source package's debian/control); revision ``-1``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ CONTAINER_TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base"
 DISTRO_DRIVER = ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1")
 DISTRO_DRIVER_EXTRA = ("nvidia-persistenced",)
 DISTRO_DRIVER_SOURCE = ("nvidia-graphics-drivers",)
+#: Whamcloud's Lustre client: the utilities, and the kernel modules' name stem (+ a kernel release or "dkms").
+LUSTRE_CLIENT_UTILS = "lustre-client-utils"
+LUSTRE_CLIENT_MODULES = "lustre-client-modules-"
+LUSTRE_CLIENT_DKMS = "dkms"
 
 
 def driver_suffix(branch: int) -> str:
@@ -89,6 +99,17 @@ def dcgm4_cuda_name(cuda_major: int) -> str:
 
 DCGM4_CORE = f"{DCGM4_PREFIX}core"
 DCGM4_PROPRIETARY = f"{DCGM4_PREFIX}proprietary"
+
+
+def lustre_client_modules_name(kernel: str | None) -> str:
+    """Modules prebuilt for the lock's pinned kernel release, else the DKMS build (any kernel)."""
+    return f"{LUSTRE_CLIENT_MODULES}{kernel or LUSTRE_CLIENT_DKMS}"
+
+
+def lustre_client_packages(lock: Lock) -> list[Package]:
+    """The Lustre client at exactly the lock's version (Whamcloud's Debian revision ``-1``)."""
+    version = lock.lustre_client + NATIVE_REVISION
+    return [(LUSTRE_CLIENT_UTILS, version), (lustre_client_modules_name(lock.kernel), version)]
 
 
 def driver_packages(lock: Lock) -> list[Package]:
@@ -177,6 +198,8 @@ def naming_table(branches: list[int], cuda_minors: list[tuple[int, int]], cudnn_
         "dcgm": {"core": DCGM4_CORE, "proprietary": DCGM4_PROPRIETARY,
                  "cuda": {str(m): dcgm4_cuda_name(m) for m in cuda_majors}},
         "container_toolkit": list(CONTAINER_TOOLKIT),
+        "lustre_client": {"utils": LUSTRE_CLIENT_UTILS, "modules_prefix": LUSTRE_CLIENT_MODULES,
+                          "modules_dkms": lustre_client_modules_name(None)},
         "distro_driver": {"packages": list(DISTRO_DRIVER), "extra": list(DISTRO_DRIVER_EXTRA),
                           "source": list(DISTRO_DRIVER_SOURCE)},
         "driver_patterns": driver_patterns(),

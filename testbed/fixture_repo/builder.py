@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.fixture_repo.catalogue import NVIDIA_MAINTAINER, Package, catalogue
+from testbed.fixture_repo.catalogue import LUSTRE_MAINTAINER, NVIDIA_MAINTAINER, Package, catalogue
 from testbed.fixture_repo.payloads import Payload, payload
 
 REPO_SUBDIR = Path("ubuntu2204/x86_64")
@@ -31,6 +31,11 @@ KEY_NAME = "3bf863cc.pub"
 BUILD_FORMAT = 1
 #: Fixed timestamps keep .deb files byte-identical between builds.
 SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z
+#: Maintainer -> (vendor, homepage) of the upstream packages the fixture mirrors.
+UPSTREAMS = {
+    NVIDIA_MAINTAINER: ("NVIDIA", "https://developer.nvidia.com/cuda-zone"),
+    LUSTRE_MAINTAINER: ("Whamcloud", "https://wiki.whamcloud.com/"),
+}
 KEY_UID = "gpufleet fixture repository (throwaway) <fixture-repo@gpufleet.invalid>"
 
 
@@ -81,16 +86,17 @@ def _control(pkg: Package, installed_kb: int) -> str:
     ):
         if values:
             lines.append(f"{field}: {', '.join(values)}")
+    vendor, home = UPSTREAMS.get(pkg.maintainer, ("NVIDIA", "https://developer.nvidia.com/cuda-zone"))
     lines += [
         f"Section: {pkg.section}",
         "Priority: optional",
-        "Homepage: https://github.com/gpufleet (fixture of https://developer.nvidia.com/cuda-zone)",
+        f"Homepage: https://github.com/gpufleet (fixture of {home})",
         f"Description: {pkg.description or pkg.name}",
     ]
-    if pkg.maintainer == NVIDIA_MAINTAINER:
+    if pkg.maintainer in UPSTREAMS:
         lines += [
             " Fixture package built by gpufleet for sandbox and CI hosts; it mirrors the name, version",
-            " and relations of NVIDIA's package and installs stand-ins instead of the real software.",
+            f" and relations of {vendor}'s package and installs stand-ins instead of the real software.",
         ]
     else:
         lines.append(" Part of gpufleet's GPU simulator, not of NVIDIA's repository; the stand-ins depend on it.")

@@ -55,6 +55,13 @@ SIMULATOR_COMMON_VERSION = "1.0-1"
 NVIDIA_MAINTAINER = "NVIDIA CORPORATION <cudatools@nvidia.com>"
 CONTAINER_TOOLKIT: tuple[str, ...] = ("1.17.8-1", "1.18.0-1")
 
+#: Lustre client releases as Whamcloud ships them for Ubuntu 22.04 (the 2.15 LTS line; Debian revision -1, e.g.
+#: https://downloads.whamcloud.com/public/lustre/lustre-2.15.8/ubuntu2204/client/lustre-client-utils_2.15.8-1_amd64.deb).
+#: Two releases, so a scenario can move between them. Names: gpufleet.lock.packages (lustre_client_*).
+LUSTRE_CLIENT: tuple[str, ...] = ("2.15.5-1", "2.15.6-1")
+#: The Maintainer of the lustre source package's debian/control as Whamcloud's builds carry it.
+LUSTRE_MAINTAINER = "Lustre Developers <lustre-devel@lists.lustre.org>"
+
 
 @dataclass(frozen=True)
 class Package:
@@ -384,6 +391,34 @@ def _container_toolkit_packages() -> list[Package]:
     return pkgs
 
 
+def _lustre_client_packages() -> list[Package]:
+    """Whamcloud's client packages: the utilities (mount.lustre, lctl, lfs, lnetctl) and the DKMS-built modules,
+    which depend on them (debian/control of lustre-release: ``lustre-client-modules-dkms`` Depends
+    ``lustre-client-utils``). Real ones also depend on the DKMS toolchain, which a container cannot use."""
+    pkgs = []
+    for v in LUSTRE_CLIENT:
+        pkgs += [
+            Package(
+                naming.LUSTRE_CLIENT_UTILS,
+                v,
+                "empty",
+                section="admin",
+                maintainer=LUSTRE_MAINTAINER,
+                description="Userspace utilities for the Lustre filesystem (client)",
+            ),
+            Package(
+                naming.lustre_client_modules_name(None),
+                v,
+                "empty",
+                section="admin",
+                maintainer=LUSTRE_MAINTAINER,
+                description="Lustre Linux kernel module (DKMS)",
+                depends=(naming.LUSTRE_CLIENT_UTILS,),
+            ),
+        ]
+    return pkgs
+
+
 def _simulator_packages() -> list[Package]:
     return [
         Package(
@@ -406,5 +441,5 @@ def catalogue() -> list[Package]:
         for v in versions:
             pkgs += _driver_packages(branch, v)
     pkgs += _cuda_packages() + _cudnn_packages() + _nccl_packages() + _dcgm_packages()
-    pkgs += _container_toolkit_packages()
+    pkgs += _container_toolkit_packages() + _lustre_client_packages()
     return pkgs
