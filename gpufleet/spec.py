@@ -182,9 +182,26 @@ class Host(_Strict):
 PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 
 
-#: Image of an AWS pool: the EKS-optimized Amazon Linux 2023 AMI (no NVIDIA driver: the GPU Operator's driver
-#: container or Ansible installs the lock's driver) or your own AMI by id.
-AWS_IMAGE = r"^(eks-standard|ami-[0-9a-f]{8,17})$"
+#: Image of a cloud pool, per backend. None carries an NVIDIA driver: the GPU Operator's driver container or
+#: Ansible installs the lock's. AWS: the EKS-optimized Amazon Linux 2023 AMI or your own AMI by id. Azure: the
+#: AKS node OS SKU Ubuntu2204 (the GPU Operator's driver container and the Azure Managed Lustre client both
+#: support Ubuntu 22.04). Google Cloud: the GKE node image UBUNTU_CONTAINERD (the GPU Operator does not run
+#: its driver container on Container-Optimized OS).
+CLOUD_IMAGES = {
+    "aws": r"^(eks-standard|ami-[0-9a-f]{8,17})$",
+    "azure": r"^Ubuntu2204$",
+    "gcp": r"^UBUNTU_CONTAINERD$",
+}
+CLOUD_IMAGE = "^(" + "|".join(p.strip("^$") for p in CLOUD_IMAGES.values()) + ")$"
+#: A reservation a cloud pool consumes, per backend: an EC2 Capacity Reservation id, an Azure capacity
+#: reservation group's resource id, a Compute Engine reservation by project and name.
+RESERVATIONS = {
+    "aws": r"^cr-[0-9a-f]{8,17}$",
+    "azure": (r"^/subscriptions/[0-9a-f-]{36}/resourceGroups/[A-Za-z0-9._()-]{1,90}/providers/"
+              r"Microsoft\.Compute/capacityReservationGroups/[A-Za-z0-9._-]{1,80}$"),
+    "gcp": r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
+}
+RESERVATION = "^(" + "|".join(p.strip("^$") for p in RESERVATIONS.values()) + ")$"
 
 
 class Capacity(_Strict):
@@ -192,15 +209,16 @@ class Capacity(_Strict):
     Block for ML (both named by their reservation id)."""
 
     type: Literal["on-demand", "reservation", "capacity-block"] = Field("on-demand", **_doc(
-        "on-demand, reservation (On-Demand Capacity Reservation) or capacity-block (Capacity Block for ML).",
-        "capacity-block"))
-    reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$", **_doc(
-        "The reservation's id (types reservation and capacity-block).", "cr-0123456789abcdef0"))
+        "on-demand, reservation (AWS On-Demand Capacity Reservation, Azure capacity reservation group, Google "
+        "Cloud specific reservation) or capacity-block (AWS Capacity Block for ML).", "capacity-block"))
+    reservation_id: str | None = Field(None, pattern=RESERVATION, **_doc(
+        "The reservation (types reservation and capacity-block): AWS cr-..., Azure the capacity reservation "
+        "group's resource id, Google Cloud projects/<project>/reservations/<name>.", "cr-0123456789abcdef0"))
 
     @model_validator(mode="after")
     def _check(self) -> Capacity:
         if self.type != "on-demand" and self.reservation_id is None:
-            raise ValueError(f"capacity type {self.type} needs reservation_id (cr-...)")
+            raise ValueError(f"capacity type {self.type} needs reservation_id (the reservation to consume)")
         if self.type == "on-demand" and self.reservation_id is not None:
             raise ValueError("reservation_id is only for capacity type reservation or capacity-block")
         return self
@@ -232,9 +250,10 @@ class NodePool(_Strict):
         "Power limit of every GPU: watts, default, max or <n>% of default.", "700"))
     hosts: list[Host] = Field(default_factory=list, **_doc(
         "Static hosts (existing backend).", [{"name": "gpu-a-0", "address": "192.0.2.20"}]))
-    image: str | None = Field(None, pattern=AWS_IMAGE, **_doc(
+    image: str | None = Field(None, pattern=CLOUD_IMAGE, **_doc(
         "Cloud pools: the machine image. AWS: eks-standard (the EKS Amazon Linux 2023 AMI without NVIDIA "
-        "driver; default) or your AMI by id (ami-...).", "eks-standard"))
+        "driver; default) or your AMI by id (ami-...). Azure: Ubuntu2204 (default). Google Cloud: "
+        "UBUNTU_CONTAINERD (default).", "eks-standard"))
     capacity: Capacity = Field(default_factory=Capacity, **_doc(
         "Cloud pools: on-demand, an On-Demand Capacity Reservation or a Capacity Block.",
         {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}))
@@ -424,6 +443,57 @@ class Aws(_Strict):
         return self
 
 
+#: An OpenSSH public key on one line (AKS puts it on the nodes for Ansible-managed pools).
+SSH_PUBLIC_KEY = r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}( [A-Za-z0-9@._-]{1,64})?$"
+UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def _network(value: str, low: int, high: int) -> None:
+    try:
+        net = ipaddress.IPv4Network(value)
+    except ValueError as e:
+        raise ValueError(f"{value} is not a network address: {e}") from None
+    if not low <= net.prefixlen <= high:
+        raise ValueError(f"{value}: the prefix must be /{low} to /{high}")
+
+
+class Azure(_Strict):
+    """Settings of the azure backend (stack key ``gpufleet:azure``)."""
+
+    location: str = Field(pattern=r"^[a-z][a-z0-9]{2,30}$", **_doc("Azure region (location name).", "eastus"))
+    zone: Literal["1", "2", "3"] = Field("1", **_doc(
+        "Availability zone of the GPU pools and the Azure Managed Lustre file systems (close together).", "1"))
+    vnet_cidr: str = Field("10.30.0.0/16", **_doc(
+        "Virtual network address range, /16 to /20: the first quarter holds the nodes, /24s of the second "
+        "quarter the Lustre file systems (pods use the Azure CNI overlay, not VNet addresses).", "10.30.0.0/16"))
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.\d{2}$", **_doc("AKS Kubernetes version.", "1.33"))
+    private_cluster: bool = Field(True, **_doc(
+        "API server on a private endpoint in the virtual network only (default); false exposes it publicly.",
+        True))
+    authorized_ip_ranges: list[str] = Field(default_factory=list, **_doc(
+        "Addresses allowed to the public API server (private_cluster: false only).", ["203.0.113.0/24"]))
+    admin_group_object_ids: list[str] = Field(default_factory=list, **_doc(
+        "Microsoft Entra ID groups (object ids) that are cluster admins (local accounts are disabled).",
+        ["00000000-0000-0000-0000-000000000000"]))
+    ssh_user: str = Field("azureuser", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", **_doc(
+        "Node admin user Ansible logs in as (host_management: ansible pools).", "azureuser"))
+    ssh_public_key: str | None = Field(None, pattern=SSH_PUBLIC_KEY, **_doc(
+        "Public key AKS puts on the nodes for that user (required with an ansible pool).",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample admin@example"))
+
+    @model_validator(mode="after")
+    def _check(self) -> Azure:
+        _network(self.vnet_cidr, 16, 20)
+        if self.authorized_ip_ranges and self.private_cluster:
+            raise ValueError("authorized_ip_ranges is for a public API server: set private_cluster: false")
+        for cidr in self.authorized_ip_ranges:
+            _network(cidr, 0, 32)
+        bad = [g for g in self.admin_group_object_ids if re.fullmatch(UUID[1:-1], g) is None]
+        if bad:
+            raise ValueError(f"admin_group_object_ids: {', '.join(bad)} are not object ids (lower-case UUIDs)")
+        return self
+
+
 #: Backends whose pools are cloud node groups (autoscaled, no fixed hosts).
 CLOUD_BACKENDS = ("aws", "gcp", "azure")
 
@@ -455,6 +525,8 @@ class ClusterSpec(_Strict):
                                              {"image": "registry.example.com/gpufleet:1.0.0"}))
     aws: Aws | None = Field(None, **_doc("Settings of the aws backend (required with backend aws).",
                                          {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}))
+    azure: Azure | None = Field(None, **_doc("Settings of the azure backend (required with backend azure).",
+                                             {"location": "eastus", "zone": "1"}))
     #: Kept for the lock rules' one-lock check; a stack file's unknown keys are refused before (load_spec).
     extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -500,6 +572,7 @@ _FIELDS = {
     "podSecurity": "pod_security",
     "drift": "drift",
     "aws": "aws",
+    "azure": "azure",
 }
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 
@@ -652,39 +725,70 @@ def load_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
 
 def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
     """What the cloud backends need beyond each field's own shape: machine types the catalog knows (with
-    their GPUs and fabric), FSx for Lustre sizes, how Ansible reaches autoscaled nodes."""
-    from gpufleet.catalog.clouds import AWS
-
+    their GPUs and fabric), managed Lustre sizes, images and reservations of the backend's cloud, how Ansible
+    reaches autoscaled nodes."""
     out: list[ConfigProblem] = []
 
     def bad(key: str, value: Any, why: str, fix: str) -> None:
         out.append(ConfigProblem(file, f"{NAMESPACE}:{key}", value, why, fix))
 
-    if spec.backend != "aws":
-        if spec.aws is not None:
-            bad("aws", "{...}", f"gpufleet:aws is for backend aws, this stack's backend is {spec.backend}",
-                "remove gpufleet:aws or set gpufleet:backend: aws")
+    for cloud in CLOUD_BACKENDS:
+        if getattr(spec, cloud, None) is not None and spec.backend != cloud:
+            bad(cloud, "{...}", f"gpufleet:{cloud} is for backend {cloud}, this stack's backend is {spec.backend}",
+                f"remove gpufleet:{cloud} or set gpufleet:backend: {cloud}")
+    if spec.backend not in CLOUD_BACKENDS:
         for i, pool in enumerate(spec.pools):
-            if spec.backend not in CLOUD_BACKENDS and (pool.image is not None or pool.capacity.type != "on-demand"):
+            if pool.image is not None or pool.capacity.type != "on-demand":
                 bad(f"pools[{i}]", pool.name, "image and capacity are settings of cloud pools",
                     f"remove image/capacity from pool {pool.name}")
         return out
-    if spec.aws is None:
-        bad("aws", None, "the aws backend needs its region and zones",
-            "add gpufleet:aws: {region: us-east-1, availability_zones: [us-east-1a, us-east-1b]}")
+    if spec.backend not in _CLOUD_CHECKS:  # a cloud without a backend yet: make_backend refuses it
+        return out
+    if getattr(spec, spec.backend) is None:
+        bad(spec.backend, None, f"the {spec.backend} backend needs its region and zones",
+            f"add gpufleet:{spec.backend}: {{...}} (docs/stack-config.md, docs/clouds.md)")
     for i, pool in enumerate(spec.pools):
         key = f"pools[{i}]"
         if pool.hosts:
             bad(f"{key}.hosts", [h.name for h in pool.hosts], "cloud pools have no static hosts: their node "
                 "group makes and replaces the machines", "remove hosts (Ansible finds the nodes by their tags)")
+        if pool.image is not None and re.fullmatch(CLOUD_IMAGES[spec.backend][1:-1], pool.image) is None:
+            bad(f"{key}.image", pool.image, f"not an image of the {spec.backend} backend",
+                f"use an image matching {CLOUD_IMAGES[spec.backend]} (docs/clouds.md)")
+        rid = pool.capacity.reservation_id
+        if rid is not None and re.fullmatch(RESERVATIONS[spec.backend][1:-1], rid) is None:
+            bad(f"{key}.capacity.reservation_id", rid, f"not a reservation of the {spec.backend} backend",
+                f"use a reservation matching {RESERVATIONS[spec.backend]}")
+        if pool.capacity.type == "capacity-block" and spec.backend != "aws":
+            bad(f"{key}.capacity.type", "capacity-block", "Capacity Blocks for ML are an AWS offering",
+                "use type reservation with the reservation to consume, or on-demand")
+    _CLOUD_CHECKS[spec.backend](spec, bad)
+    return out
+
+
+Bad = Callable[[str, Any, str, str], None]
+
+
+def _check_pool_type(bad: Bad, key: str, pool: NodePool, itype: Any, catalog: str, known: list[str]) -> bool:
+    """The pool's machine type is in the catalog and carries the pool's GPU; False when it is unknown."""
+    if itype is None:
+        bad(f"{key}.instance_type", pool.instance_type, f"not an instance type gpufleet's {catalog} catalog knows",
+            f"use one of: {', '.join(sorted(known))} (gpufleet/catalog/clouds.yaml)")
+        return False
+    if itype.gpu != pool.gpu:
+        bad(f"{key}.gpu", pool.gpu, f"{itype.name} carries {itype.gpus} x {itype.gpu or 'no GPU'}",
+            f"set gpu to {itype.gpu}" if itype.gpu else "use a GPU instance type or role system")
+    return True
+
+
+def _aws_problems(spec: ClusterSpec, bad: Bad) -> None:
+    from gpufleet.catalog.clouds import AWS
+
+    for i, pool in enumerate(spec.pools):
+        key = f"pools[{i}]"
         itype = AWS.instance_types.get(pool.instance_type or "")
-        if itype is None:
-            bad(f"{key}.instance_type", pool.instance_type, "not an instance type gpufleet's AWS catalog knows",
-                f"use one of: {', '.join(sorted(AWS.instance_types))} (gpufleet/catalog/clouds.yaml)")
+        if not _check_pool_type(bad, key, pool, itype, "AWS", list(AWS.instance_types)) or itype is None:
             continue
-        if itype.gpu != pool.gpu:
-            bad(f"{key}.gpu", pool.gpu, f"{itype.name} carries {itype.gpus} x {itype.gpu or 'no GPU'}",
-                f"set gpu to {itype.gpu}" if itype.gpu else "use a GPU instance type or role system")
         if pool.fabric in ("infiniband", "roce"):
             bad(f"{key}.fabric", pool.fabric, "AWS instances have no InfiniBand/RoCE: their fabric is EFA",
                 "set fabric: efa (or none for a pool without inter-node GPU traffic)")
@@ -709,7 +813,60 @@ def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
             and any(p.host_management == "ansible" for p in spec.pools)):
         bad("aws.ssm_bucket", None, "Ansible over SSM (amazon.aws.aws_ssm) stages files in an S3 bucket",
             "set gpufleet:aws.ssm_bucket, or ansible_connection: ssh")
-    return out
+
+
+def _azure_problems(spec: ClusterSpec, bad: Bad) -> None:
+    from gpufleet.catalog.clouds import AZURE
+
+    if not spec.system_pools:
+        bad("pools", [p.name for p in spec.pools], "AKS needs a system pool (mode System) to create the cluster",
+            "add a pool with role: system")
+    for i, pool in enumerate(spec.pools):
+        key = f"pools[{i}]"
+        if re.fullmatch(r"[a-z][a-z0-9]{0,11}", pool.name) is None:
+            bad(f"{key}.name", pool.name, "AKS names agent pools with 1-12 lower-case letters and digits, "
+                "starting with a letter", "rename the pool (e.g. ndv5, system)")
+        size = AZURE.vm_sizes.get(pool.instance_type or "")
+        if not _check_pool_type(bad, key, pool, size, "Azure", list(AZURE.vm_sizes)) or size is None:
+            continue
+        if pool.fabric in ("efa", "roce"):
+            bad(f"{key}.fabric", pool.fabric, "Azure ND VMs' fabric is InfiniBand",
+                "set fabric: infiniband (or none for a pool without inter-node GPU traffic)")
+        elif pool.fabric == "infiniband" and size.infiniband_hcas == 0:
+            bad(f"{key}.fabric", pool.fabric, f"{size.name} has no InfiniBand", "set fabric: none")
+    lustre = spec.storage.lustre
+    if lustre is not None:
+        if lustre.mgs_nids:
+            bad("storage.lustre.mgs_nids", lustre.mgs_nids, "the azure backend makes Azure Managed Lustre file "
+                "systems itself; their MGS address comes from them", "remove mgs_nids")
+        aml = AZURE.managed_lustre
+        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
+            tier = aml.tier(vol.throughput_mbps_per_tib)
+            if tier is None:
+                bad(f"storage.lustre.{name}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
+                    "Azure Managed Lustre offers these throughputs per TiB only",
+                    f"set one of {[t.throughput_mbps_per_tib for t in aml.tiers]} ({aml.tiers_source})")
+                continue
+            tib, rest = divmod(vol.capacity_gib, 1024)
+            if rest or not tier.capacity_ok(tib):
+                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
+                    f"{tier.sku} sizes are {tier.min_tib} to {tier.max_tib} TiB in steps of {tier.step_tib} TiB",
+                    f"set a multiple of {tier.step_tib * 1024} GiB between {tier.min_tib * 1024} and "
+                    f"{tier.max_tib * 1024} ({aml.tiers_source})")
+            elif aml.prefix_for(tib) is None:
+                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
+                    "larger than Microsoft's subnet sizing table goes", f"stay within "
+                    f"{aml.subnet_prefix[-1].max_tib * 1024} GiB ({aml.network_source})")
+    if (spec.azure is not None and spec.azure.ssh_public_key is None
+            and any(p.host_management == "ansible" for p in spec.pools)):
+        bad("azure.ssh_public_key", None, "Ansible reaches AKS nodes over SSH: AKS must put a public key on them",
+            "set gpufleet:azure.ssh_public_key (an OpenSSH public key line)")
+
+
+_CLOUD_CHECKS: dict[str, Callable[[ClusterSpec, Bad], None]] = {
+    "aws": _aws_problems,
+    "azure": _azure_problems,
+}
 
 
 def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:

@@ -32,6 +32,9 @@ PV = "kubernetes:core/v1:PersistentVolume"
 EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 AKS_AGENT_POOL = "azure-native:containerservice:AgentPool"
+#: An AKS cluster carries its first (System) pool inline, as agentPoolProfiles.
+AKS_CLUSTER = "azure-native:containerservice:ManagedCluster"
+FABRIC_LABEL = "gpufleet.io/fabric"
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
@@ -133,15 +136,33 @@ def _true(value: Any) -> bool:
 
 
 @cache
+def _catalog() -> dict[str, Any]:
+    raw: dict[str, Any] = yaml.safe_load(CLOUD_CATALOG.read_text())
+    return raw
+
+
 def _efa_interfaces() -> dict[str, int]:
-    raw = yaml.safe_load(CLOUD_CATALOG.read_text())
-    return {name: int(t["efa_interfaces"]) for name, t in raw["aws"]["instance_types"].items()}
+    return {name: int(t["efa_interfaces"]) for name, t in _catalog()["aws"]["instance_types"].items()}
+
+
+def _infiniband_hcas() -> dict[str, int]:
+    return {name: int(t["infiniband_hcas"]) for name, t in _catalog()["azure"]["vm_sizes"].items()}
 
 
 def gpu_pool_has_its_fabric(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """A GPU pool attaches every fabric interface its machine type supports (EFA on AWS): without them NCCL
-    falls back to TCP sockets and multi-node training runs at a fraction of its bandwidth."""
-    if resource_type != AWS_LAUNCH_TEMPLATE or pool_role(resource_type, props) != "gpu":
+    """A GPU pool attaches every fabric interface its machine type supports (EFA on AWS; on Azure the ND sizes'
+    InfiniBand, which the platform layer's RDMA device plugin exposes on pools labelled for it): without them
+    NCCL falls back to TCP sockets and multi-node training runs at a fraction of its bandwidth."""
+    if pool_role(resource_type, props) != "gpu":
+        return []
+    if resource_type == AKS_AGENT_POOL:
+        size = str(props.get("vmSize") or "")
+        hcas = _infiniband_hcas().get(size, 0)
+        if hcas and (props.get("nodeLabels") or {}).get(FABRIC_LABEL) != "infiniband":
+            return [f"{size} has {hcas} InfiniBand HCAs, the GPU pool is not labelled {FABRIC_LABEL}=infiniband "
+                    "(no RDMA device plugin there); set the pool's fabric: infiniband"]
+        return []
+    if resource_type != AWS_LAUNCH_TEMPLATE:
         return []
     itype = str(props.get("instanceType") or "")
     want = _efa_interfaces().get(itype, 0)
@@ -153,6 +174,9 @@ def gpu_pool_has_its_fabric(resource_type: str, props: Mapping[str, Any]) -> lis
 
 
 def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type == AKS_CLUSTER:
+        return [msg for p in props.get("agentPoolProfiles") or [] if isinstance(p, Mapping)
+                for msg in no_public_ip_on_gpu_nodes(AKS_AGENT_POOL, p)]
     if pool_role(resource_type, props) != "gpu":
         return []
     public = False
@@ -169,8 +193,16 @@ def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> l
     return []
 
 
+def _inline_pool_roles(resource_type: str, props: Mapping[str, Any]) -> set[str | None]:
+    """Roles of the pools an AKS cluster carries inline (its System pool)."""
+    if resource_type != AKS_CLUSTER:
+        return set()
+    return {pool_role(AKS_AGENT_POOL, p) for p in props.get("agentPoolProfiles") or [] if isinstance(p, Mapping)}
+
+
 def system_pool_exists(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    roles = {pool_role(t, p) for t, p in resources}
+    items = list(resources)
+    roles = {pool_role(t, p) for t, p in items} | {r for t, p in items for r in _inline_pool_roles(t, p)}
     if "gpu" in roles and "system" not in roles:
         return ["GPU pools need a system pool: operators and monitoring must not run on GPU nodes"]
     return []

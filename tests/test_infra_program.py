@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ConfigError
+from gpufleet.infra.backends import CLOUD_SDKS
 from gpufleet.infra.offline import PLACEHOLDER_KUBECONFIG, REDACTED, OfflinePlan, evaluate
 from gpufleet.lock import resolve_lock
 from gpufleet.spec import STACKS_DIR, ClusterSpec, load_spec, stack_name
 
 #: Cloud stacks need their SDK extra; CI fails instead of skipping (tests/conftest.py).
-AWS_EXTRA_MISSING = ("the aws extra is not installed (pip install -r requirements-clouds.lock; "
-                     "tests/run_all.sh does): CI treats it like missing reference data")
+EXTRA_MISSING = ("the {} extra is not installed (pip install -r requirements-clouds.lock; "
+                 "tests/run_all.sh does): CI treats it like missing reference data")
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
@@ -151,9 +152,10 @@ def test_existing_backend_needs_hosts_for_ansible_pools() -> None:
     assert e.value.problems[0].file.endswith("stacks/Pulumi.onprem-h100.yaml")
 
 
-@pytest.mark.parametrize("backend", ["azure", "gcp"])
+@pytest.mark.parametrize("backend", ["gcp"])
 def test_unfinished_cloud_backend_is_refused_clearly(backend: str) -> None:
-    # aws is available (tests/test_infra_aws.py); a backend is complete or absent, never half-built.
+    # aws and azure are available (tests/test_infra_aws.py, test_infra_azure.py); a backend is complete or
+    # absent, never half-built.
     spec = load_spec("onprem-h100").model_copy(update={"backend": backend})
     with pytest.raises(ConfigError) as e:
         _plan(spec)
@@ -167,8 +169,8 @@ def test_unfinished_cloud_backend_is_refused_clearly(backend: str) -> None:
 @pytest.mark.parametrize("path", sorted(STACKS_DIR.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
 def test_every_bundled_stack_plans(path) -> None:  # type: ignore[no-untyped-def]
     spec = load_spec(stack_name(path))
-    if spec.backend == "aws":
-        pytest.importorskip("pulumi_aws", reason=AWS_EXTRA_MISSING)
+    if spec.backend in CLOUD_SDKS:
+        pytest.importorskip(CLOUD_SDKS[spec.backend][1], reason=EXTRA_MISSING.format(spec.backend))
     plan = _plan(spec)
     assert plan.outputs["stack"] == spec.stack
     assert plan.warnings == []

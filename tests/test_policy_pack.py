@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpufleet import REPO_ROOT
+from gpufleet.infra.backends import CLOUD_SDKS
 from gpufleet.infra.offline import evaluate
 from gpufleet.lock import resolve_lock
 from gpufleet.spec import STACKS_DIR, load_spec, stack_name
@@ -17,8 +18,8 @@ sys.path.insert(0, str(REPO_ROOT / "policy"))
 import gpufleet_policies as gp
 
 #: Cloud stacks need their SDK extra; CI fails instead of skipping (tests/conftest.py).
-AWS_EXTRA_MISSING = ("the aws extra is not installed (pip install -r requirements-clouds.lock; "
-                     "tests/run_all.sh does): CI treats it like missing reference data")
+EXTRA_MISSING = ("the {} extra is not installed (pip install -r requirements-clouds.lock; "
+                 "tests/run_all.sh does): CI treats it like missing reference data")
 
 GPU_NODE = {"metadata": {"name": "gpu-a-0", "labels": {"gpufleet.io/role": "gpu", "gpufleet.io/pool": "a"}}}
 SYS_NODE = {"metadata": {"name": "sys-0", "labels": {"gpufleet.io/role": "system"}}}
@@ -112,8 +113,8 @@ def test_dataset_and_checkpoint_volumes_distinct() -> None:
 @pytest.mark.parametrize("path", sorted(STACKS_DIR.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
 def test_bundled_stacks_pass_every_policy(path) -> None:  # type: ignore[no-untyped-def]
     spec = load_spec(stack_name(path))
-    if spec.backend == "aws":
-        pytest.importorskip("pulumi_aws", reason=AWS_EXTRA_MISSING)
+    if spec.backend in CLOUD_SDKS:
+        pytest.importorskip(CLOUD_SDKS[spec.backend][1], reason=EXTRA_MISSING.format(spec.backend))
     plan = evaluate(spec, resolve_lock(spec))
     assert gp.violations((r.type, r.inputs) for r in plan.resources) == {}
 

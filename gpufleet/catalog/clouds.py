@@ -64,10 +64,81 @@ class AwsCatalog(_Frozen):
         return next((p for p in self.prices if p.instance_type == instance_type and p.region == region), None)
 
 
+class AzureVmSize(_Frozen):
+    name: str
+    gpu: str | None
+    gpus: int = Field(ge=0)
+    #: InfiniBand HCAs of one VM (one per GPU on ND sizes) and the rate of each.
+    infiniband_hcas: int = Field(ge=0)
+    infiniband_gbps: int = Field(ge=0)
+    source: str = Field(pattern=r"^https://\S+$")
+
+
+class LustreTier(_Frozen):
+    throughput_mbps_per_tib: int
+    sku: str = Field(pattern=r"^AMLFS-Durable-Premium-\d+$")
+    min_tib: int = Field(gt=0)
+    step_tib: int = Field(gt=0)
+    max_tib: int = Field(gt=0)
+
+    def capacity_ok(self, tib: int) -> bool:
+        return self.min_tib <= tib <= self.max_tib and tib % self.step_tib == 0
+
+
+class SubnetPrefix(_Frozen):
+    max_tib: int
+    prefix: int = Field(ge=16, le=29)
+
+
+class ManagedLustre(_Frozen):
+    tiers: list[LustreTier]
+    tiers_source: str = Field(pattern=r"^https://\S+$")
+    subnet_prefix: list[SubnetPrefix]
+    ports: list[tuple[int, int]]
+    network_source: str = Field(pattern=r"^https://\S+$")
+    fsname: str
+
+    def tier(self, throughput: int | None) -> LustreTier | None:
+        return next((t for t in self.tiers if t.throughput_mbps_per_tib == throughput), None)
+
+    def prefix_for(self, tib: int) -> int | None:
+        """The subnet prefix Microsoft's sizing table asks for a file system of ``tib`` TiB (None: beyond it)."""
+        return next((s.prefix for s in self.subnet_prefix if tib <= s.max_tib), None)
+
+
+class LustreClient(_Frozen):
+    release: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    repo: str = Field(pattern=r"^https://\S+/$")
+    suite: str = Field(pattern=r"^[a-z]+$")
+    key_url: str = Field(pattern=r"^https://\S+$")
+    key_fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
+    installer_image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
+    source: str = Field(pattern=r"^https://\S+$")
+
+
+class AzureCatalog(_Frozen):
+    vm_sizes: dict[str, AzureVmSize]
+    prices: list[Price]
+    managed_lustre: ManagedLustre
+    lustre_client: LustreClient
+
+    def price(self, vm_size: str, region: str) -> Price | None:
+        return next((p for p in self.prices if p.instance_type == vm_size and p.region == region), None)
+
+
+def _section(path: Path, cloud: str, types_key: str) -> dict[str, Any]:
+    raw: dict[str, Any] = yaml.safe_load(path.read_text())[cloud]
+    raw[types_key] = {k: {"name": k, **v} for k, v in raw[types_key].items()}
+    return raw
+
+
 def load_aws(path: Path = DATA_FILE) -> AwsCatalog:
-    raw: dict[str, Any] = yaml.safe_load(path.read_text())["aws"]
-    raw["instance_types"] = {k: {"name": k, **v} for k, v in raw["instance_types"].items()}
-    return AwsCatalog.model_validate(raw)
+    return AwsCatalog.model_validate(_section(path, "aws", "instance_types"))
+
+
+def load_azure(path: Path = DATA_FILE) -> AzureCatalog:
+    return AzureCatalog.model_validate(_section(path, "azure", "vm_sizes"))
 
 
 AWS: AwsCatalog = load_aws()
+AZURE: AzureCatalog = load_azure()

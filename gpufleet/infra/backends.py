@@ -49,7 +49,8 @@ def local_handles(spec: ClusterSpec) -> BackendHandles:
 
 
 #: Cloud backends: the module building them and the extra that installs its SDK (pyproject.toml).
-CLOUD_SDKS = {"aws": ("gpufleet.infra.aws", "pulumi_aws", "aws")}
+CLOUD_SDKS = {"aws": ("gpufleet.infra.aws", "pulumi_aws", "aws"),
+              "azure": ("gpufleet.infra.azure", "pulumi_azure_native", "azure")}
 
 
 def require_sdk(spec: ClusterSpec) -> None:
@@ -94,10 +95,14 @@ def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None,
         return ExistingCluster(spec.cluster_name, spec, kubeconfig).handles
     if spec.backend in CLOUD_SDKS and lock is not None:
         require_sdk(spec)
+        if spec.backend == "azure":
+            from gpufleet.infra.azure import AzureCluster
+
+            return AzureCluster(spec.cluster_name, spec, lock).handles
         from gpufleet.infra.aws import AwsCluster
 
         return AwsCluster(spec.cluster_name, spec, lock).handles
     raise ConfigError([ConfigProblem(
         str(stack_file(spec.stack)), "gpufleet:backend", spec.backend,
         f"the {spec.backend} backend is not available yet (cloud backends land in their own issue)",
-        "use backend aws, existing (a cluster you already run) or local (the sandbox)")])
+        f"use backend {', '.join(sorted(CLOUD_SDKS))}, existing (a cluster you already run) or local (the sandbox)")])

@@ -8,42 +8,82 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.catalog.clouds import AWS
-from gpufleet.spec import ClusterSpec
+from gpufleet.catalog.clouds import AWS, AZURE, Price
+from gpufleet.spec import ClusterSpec, NodePool
 
 #: What each cloud's fabric and managed Lustre are called (plan output, docs/clouds.md).
-SERVICES = {"aws": {"fabric": "EFA", "lustre_service": "FSx for Lustre"}}
+SERVICES = {"aws": {"fabric": "EFA", "lustre_service": "FSx for Lustre"},
+            "azure": {"fabric": "InfiniBand", "lustre_service": "Azure Managed Lustre"}}
+
+
+def _aws_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price | None] | None:
+    assert spec.aws is not None
+    itype = AWS.instance_types.get(pool.instance_type or "")
+    if itype is None:
+        return None
+    efa = pool.fabric == "efa" and itype.efa_interfaces > 0
+    zones = spec.aws.availability_zones
+    return {
+        "instance_type": itype.name, "gpus_per_node": itype.gpus, "gpu": itype.gpu,
+        "fabric": f"EFA x{itype.efa_interfaces}" if efa else "none",
+        "placement": (f"cluster placement group, {zones[0]}" if pool.role == "gpu" and efa
+                      else f"spread over {', '.join(zones)}"),
+        "instance_source": itype.source,
+    }, AWS.price(itype.name, spec.aws.region)
+
+
+def _azure_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price | None] | None:
+    assert spec.azure is not None
+    size = AZURE.vm_sizes.get(pool.instance_type or "")
+    if size is None:
+        return None
+    ib = pool.fabric == "infiniband" and size.infiniband_hcas > 0
+    zone = spec.azure.zone
+    return {
+        "instance_type": size.name, "gpus_per_node": size.gpus, "gpu": size.gpu,
+        "fabric": f"InfiniBand {size.infiniband_hcas} x {size.infiniband_gbps} Gb/s" if ib else "none",
+        "placement": (f"one scale set (one InfiniBand partition), zone {zone}" if pool.role == "gpu"
+                      else "spread over zones 1, 2, 3"),
+        "instance_source": size.source,
+    }, AZURE.price(size.name, spec.azure.location)
+
+
+_POOLS = {"aws": _aws_pool, "azure": _azure_pool}
+
+
+def _region(spec: ClusterSpec) -> str:
+    if spec.aws is not None:
+        return spec.aws.region
+    assert spec.azure is not None
+    return spec.azure.location
 
 
 def cloud_summary(spec: ClusterSpec) -> dict[str, Any]:
-    """Empty for non-cloud backends."""
-    if spec.backend != "aws" or spec.aws is None:
+    """Empty for non-cloud backends (and clouds without a backend)."""
+    if spec.backend not in _POOLS or getattr(spec, spec.backend) is None:
         return {}
-    region = spec.aws.region
+    region = _region(spec)
     pools: list[dict[str, Any]] = []
     total = 0.0
     missing: list[str] = []
     for pool in spec.pools:
-        itype = AWS.instance_types.get(pool.instance_type or "")
-        if itype is None:
+        found = _POOLS[spec.backend](spec, pool)
+        if found is None:
             continue
-        price = AWS.price(itype.name, region)
+        facts, price = found
         nodes = pool.size
-        efa = pool.fabric == "efa" and itype.efa_interfaces > 0
         entry: dict[str, Any] = {
-            "pool": pool.name, "role": pool.role, "instance_type": itype.name, "nodes": nodes,
+            "pool": pool.name, "role": pool.role, "instance_type": facts["instance_type"], "nodes": nodes,
             "max_nodes": pool.max if pool.max is not None else nodes,
-            "gpus_per_node": itype.gpus, "gpu": itype.gpu, "gpus": itype.gpus * nodes,
-            "fabric": f"EFA x{itype.efa_interfaces}" if efa else "none",
-            "placement": (f"cluster placement group, {spec.aws.availability_zones[0]}"
-                          if pool.role == "gpu" and efa else f"spread over {', '.join(spec.aws.availability_zones)}"),
+            "gpus_per_node": facts["gpus_per_node"], "gpu": facts["gpu"], "gpus": facts["gpus_per_node"] * nodes,
+            "fabric": facts["fabric"], "placement": facts["placement"],
             "capacity": pool.capacity.type + (f" {pool.capacity.reservation_id}" if pool.capacity.reservation_id
                                               else ""),
             "host_management": pool.host_management,
-            "instance_source": itype.source,
+            "instance_source": facts["instance_source"],
         }
         if price is None:
-            missing.append(itype.name)
+            missing.append(facts["instance_type"])
             entry.update(usd_per_hour_each=None, usd_per_hour=None)
         else:
             cost = round(price.usd_per_hour * nodes, 4)
@@ -52,7 +92,7 @@ def cloud_summary(spec: ClusterSpec) -> dict[str, Any]:
                          price_date=str(price.date), price_source=price.source)
         pools.append(entry)
     return {
-        "cloud": "aws", "region": region, **SERVICES["aws"],
+        "cloud": spec.backend, "region": region, **SERVICES[spec.backend],
         "pools": pools,
         "total_usd_per_hour": round(total, 4),
         "total_complete": not missing,

@@ -12,6 +12,7 @@ resource) sees its parent and ``depends_on``.
 
 from __future__ import annotations
 
+import base64
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,24 @@ COMPUTED: dict[str, Any] = {
     "aws:ec2/launchTemplate:LaunchTemplate": lambda n, i: {"latestVersion": 1},
     "aws:ec2/placementGroup:PlacementGroup": lambda n, i: {"name": i.get("name") or n},
     "aws:iam/role:Role": lambda n, i: {"arn": f"arn:aws:iam::000000000000:role/{n}", "name": n},
+    # Azure: names are inputs under their own key; ids of the mock are "<name>-id".
+    "azure-native:resources:ResourceGroup": lambda n, i: {"name": i.get("resourceGroupName")},
+    "azure-native:network:VirtualNetwork": lambda n, i: {"name": i.get("virtualNetworkName")},
+    # Its identity is a list of ids as an input and a map keyed by id as an output.
+    "azure-native:containerservice:ManagedCluster": lambda n, i: {
+        "name": i.get("resourceName"),
+        "identity": {"type": "UserAssigned",
+                     "userAssignedIdentities": {k: {} for k in (i.get("identity") or {}).get("userAssignedIdentities")
+                                                or []}}},
+    "azure-native:managedidentity:UserAssignedIdentity": lambda n, i: {"principalId": f"{n}-principal"},
+    "azure-native:storagecache:AmlFilesystem": lambda n, i: {
+        "clientInfo": {"mgsAddress": f"{n}.mgs.offline.invalid"}},
+}
+#: Results of provider functions the program calls, as placeholders (a kubeconfig is a secret either way).
+CALLS: dict[str, Any] = {
+    "azure-native:containerservice:listManagedClusterUserCredentials": lambda a: {
+        "kubeconfigs": [{"name": "clusterUser",
+                         "value": base64.b64encode(PLACEHOLDER_KUBECONFIG.encode()).decode()}]},
 }
 
 
@@ -106,8 +125,9 @@ class _Mocks(pulumi.runtime.Mocks):
         computed = COMPUTED.get(args.typ)
         return f"{args.name}-id", {**args.inputs, **(computed(args.name, args.inputs) if computed else {})}
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+        result = CALLS.get(args.token)
+        return (result(args.args) if result else {}), []
 
 
 @dataclass

@@ -92,13 +92,23 @@ POOL_TAG = "gpufleet.io/pool"
 ROLE_TAG = "gpufleet.io/role"
 
 
-def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
-    """The ``amazon.aws.aws_ec2`` inventory plugin file for a cloud stack's Ansible-managed pools: autoscaled
-    nodes have no fixed addresses, so Ansible finds them by the pool tags, into the same groups a static
-    inventory has (``pool_<name>``, ``gpu``/``system``). None when no pool is Ansible-managed."""
-    pools = [p.name for p in spec.pools if p.host_management == "ansible"]
-    if spec.backend != "aws" or spec.aws is None or not pools:
-        return None
+#: Azure tags on every VM scale set of a pool (gpufleet.infra.azure): Azure tag names cannot hold "/".
+AZURE_CLUSTER_TAG = "gpufleet-cluster"
+AZURE_POOL_TAG = "gpufleet-pool"
+AZURE_ROLE_TAG = "gpufleet-role"
+#: The resource group AKS puts a cluster's scale sets in (gpufleet.infra.azure sets it by name).
+AZURE_NODE_GROUP = "{cluster}-nodes"
+#: The file name each dynamic-inventory plugin reads (it ignores files not ending so).
+PLUGIN_FILES = {"aws": "aws_ec2.yml", "azure": "azure_rm.yml"}
+
+
+def _groups(pool_key: str, role_key: str) -> list[dict[str, str]]:
+    """The groups a static inventory has: pool_<name> and gpu/system."""
+    return [{"key": pool_key, "prefix": "pool", "separator": "_"}, {"key": role_key, "prefix": "", "separator": ""}]
+
+
+def _aws_ec2(spec: ClusterSpec, pools: list[str]) -> dict[str, Any]:
+    assert spec.aws is not None
     ssm = spec.aws.ansible_connection == "ssm"
     return {
         "plugin": "amazon.aws.aws_ec2",
@@ -109,13 +119,48 @@ def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
         "hostnames": ["instance-id"],
         "compose": {"ansible_host": "instance_id" if ssm else "private_ip_address",
                     "gpufleet_pool": f"tags['{POOL_TAG}']"},
-        "keyed_groups": [{"key": f"tags['{POOL_TAG}']", "prefix": "pool", "separator": "_"},
-                         {"key": f"tags['{ROLE_TAG}']", "prefix": "", "separator": ""}],
+        "keyed_groups": _groups(f"tags['{POOL_TAG}']", f"tags['{ROLE_TAG}']"),
     }
 
 
+def _azure_rm(spec: ClusterSpec, pools: list[str]) -> dict[str, Any]:
+    """AKS nodes are scale set instances in the cluster's node resource group; kept when their tags name
+    this cluster and an Ansible-managed pool. Reached on their private address (no node has a public one)."""
+    pool_tag = f"tags['{AZURE_POOL_TAG}'] | default('')"
+    return {
+        "plugin": "azure.azcollection.azure_rm",
+        "auth_source": "auto",
+        "include_vm_resource_groups": [],
+        "include_vmss_resource_groups": [AZURE_NODE_GROUP.format(cluster=spec.cluster_name)],
+        "plain_host_names": True,
+        "exclude_host_filters": [
+            f"tags['{AZURE_CLUSTER_TAG}'] | default('') != '{spec.cluster_name}'",
+            f"{pool_tag} not in {pools!r}",
+        ],
+        "hostvar_expressions": {"ansible_host": "private_ipv4_addresses | first", "gpufleet_pool": pool_tag},
+        "keyed_groups": _groups(f"tags['{AZURE_POOL_TAG}']", f"tags['{AZURE_ROLE_TAG}']"),
+    }
+
+
+_PLUGINS = {"aws": _aws_ec2, "azure": _azure_rm}
+
+
+def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
+    """The cloud's dynamic-inventory plugin file (``amazon.aws.aws_ec2``, ``azure.azcollection.azure_rm``) for a
+    cloud stack's Ansible-managed pools: autoscaled nodes have no fixed addresses, so Ansible finds them by the
+    pool tags, into the same groups a static inventory has (``pool_<name>``, ``gpu``/``system``). None when no
+    pool is Ansible-managed."""
+    pools = [p.name for p in spec.pools if p.host_management == "ansible"]
+    if spec.backend not in _PLUGINS or getattr(spec, spec.backend) is None or not pools:
+        return None
+    return _PLUGINS[spec.backend](spec, pools)
+
+
 def cloud_connection_vars(spec: ClusterSpec) -> dict[str, Any]:
-    """How Ansible reaches cloud nodes: Session Manager (amazon.aws.aws_ssm, no open port) or SSH."""
+    """How Ansible reaches cloud nodes: Session Manager (amazon.aws.aws_ssm, no open port) or SSH (as the
+    stack's user, with sudo)."""
+    if spec.azure is not None:
+        return {"ansible_user": spec.azure.ssh_user, "ansible_become": True}
     if spec.aws is None:
         return {}
     if spec.aws.ansible_connection == "ssm":
@@ -169,10 +214,10 @@ def write_inventory_vars(spec: ClusterSpec, lock: Any, out_dir: Path) -> None:
             _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "kubelet.yml", kubelet)
     plugin = dynamic_inventory(spec)
     if plugin is not None:
-        # The plugin only reads files named *aws_ec2.yml; hosts.yml keeps declaring the (empty) groups. Plain
-        # YAML, not !unsafe: compose and keyed_groups are expressions the plugin must evaluate, and they are
+        # The plugin only reads files named so; hosts.yml keeps declaring the (empty) groups. Plain YAML, not
+        # !unsafe: compose, filters and keyed_groups are expressions the plugin must evaluate, and they are
         # gpufleet's constants; the stack's values in it (region, cluster and pool names) passed their grammar.
-        (out_dir / "aws_ec2.yml").write_text(HEADER + yaml.safe_dump(plugin, sort_keys=False))
+        (out_dir / PLUGIN_FILES[spec.backend]).write_text(HEADER + yaml.safe_dump(plugin, sort_keys=False))
         for pool in spec.pools:
             if pool.host_management == "ansible":
                 _dump(out_dir / "group_vars" / f"pool_{pool.name}" / "connection.yml", cloud_connection_vars(spec))
