@@ -381,3 +381,15 @@ def test_policy_sees_the_inline_system_pool(plan: OfflinePlan) -> None:
     cluster["agentPoolProfiles"][0]["nodeLabels"]["gpufleet.io/role"] = "gpu"
     found = gp.violations(resources)
     assert "system-pool-exists" in found
+
+
+def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.infra import automation
+    from gpufleet.workflow import resolve_stack
+
+    calls: list[str] = []
+    monkeypatch.setitem(sys.modules, "pulumi_azure_native", None)
+    monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
+    with pytest.raises(ConfigError) as e:
+        automation.up(resolve_stack("azure-ndv5"))
+    assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[azure]'")
