@@ -393,3 +393,15 @@ def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError) as e:
         automation.up(resolve_stack("azure-ndv5"))
     assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[azure]'")
+
+
+def test_kubeconfig_logs_in_with_the_azure_cli_not_a_device_code() -> None:
+    from gpufleet.infra.azure import azurecli_kubeconfig
+
+    exec_format = yaml.safe_dump({"apiVersion": "v1", "users": [{"name": "clusterUser", "user": {"exec": {
+        "command": "kubelogin", "args": ["get-token", "--environment", "AzurePublicCloud", "--server-id",
+                                         "6dae42f8-4368-4678-94ff-3960e28e3630", "--client-id", "c",
+                                         "--tenant-id", "t", "--login", "devicecode"]}}}]})
+    user = yaml.safe_load(azurecli_kubeconfig(exec_format))["users"][0]["user"]["exec"]
+    assert user["args"] == ["get-token", "--login", "azurecli", "--server-id",
+                            "6dae42f8-4368-4678-94ff-3960e28e3630"]

@@ -31,6 +31,7 @@ from typing import Any
 import pulumi
 import pulumi_azure_native as azure_native
 import pulumi_kubernetes as k8s
+import yaml
 from pulumi_azure_native import authorization, containerservice, managedidentity, network, resources, storagecache
 
 from gpufleet.catalog.clouds import AZURE
@@ -102,8 +103,8 @@ def lustre_client_script() -> str:
     key = "/usr/share/keyrings/gpufleet-amlfs.gpg"
     return "\n".join([
         "set -eu",
-        f'if ! dpkg-query -W -f="${{Status}}" "$(apt-cache pkgnames amlfs-lustre-client-{c.release}- '
-        '| sort | tail -n1)" 2>/dev/null | grep -q "install ok installed"; then',
+        f"if ! dpkg-query -W -f='${{Status}}' \"$(apt-cache pkgnames amlfs-lustre-client-{c.release}- "
+        "| sort | tail -n1)\" 2>/dev/null | grep -q 'install ok installed'; then",
         "  export DEBIAN_FRONTEND=noninteractive",
         f"  curl -fsSL {c.key_url} | gpg --dearmor > {key}.new",
         f"  gpg --show-keys --with-colons {key}.new | grep -q '^fpr:::::::::{c.key_fingerprint}:'",
@@ -158,8 +159,25 @@ def _handle(subdir: str) -> Any:
     return render
 
 
+def azurecli_kubeconfig(text: str) -> str:
+    """The cluster's user kubeconfig (exec format: kubelogin) set to log in with the caller's Azure CLI session,
+    as ``kubelogin convert-kubeconfig -l azurecli`` does: the format's default device-code login would wait for
+    a person in the middle of ``pulumi up``."""
+    doc = yaml.safe_load(text)
+    if not isinstance(doc, dict):
+        return text
+    for user in doc.get("users") or []:
+        exec_ = (user.get("user") or {}).get("exec")
+        if not exec_:
+            continue
+        args = list(exec_.get("args") or [])
+        server = args[args.index("--server-id") + 1] if "--server-id" in args[:-1] else None
+        exec_["args"] = ["get-token", "--login", "azurecli", *(["--server-id", server] if server else [])]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 def _kubeconfig(credentials: Any) -> str:
-    return base64.b64decode(credentials.kubeconfigs[0].value).decode()
+    return azurecli_kubeconfig(base64.b64decode(credentials.kubeconfigs[0].value).decode())
 
 
 class AzureCluster(pulumi.ComponentResource):
