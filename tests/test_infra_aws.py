@@ -423,3 +423,16 @@ def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError) as e:
         automation.up(resolve_stack("aws-p5"))
     assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[aws]'")
+
+
+def test_ansible_pool_next_to_operator_pools_is_labelled_out_of_the_operators_driver(tmp_path: Path) -> None:
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:pools"].append({**_gpu_pool(cfg), "name": "p5-host", "host_management": "ansible"})
+        cfg["gpufleet:aws"]["ansible_connection"] = "ssh"
+
+    plan = _plan(_variant(tmp_path, change))
+    host = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5-host").inputs["labels"]
+    operator = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5").inputs["labels"]
+    assert host["nvidia.com/gpu.deploy.driver"] == "false"
+    assert host["nvidia.com/gpu.deploy.container-toolkit"] == "false"
+    assert "nvidia.com/gpu.deploy.driver" not in operator

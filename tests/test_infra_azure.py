@@ -405,3 +405,18 @@ def test_kubeconfig_logs_in_with_the_azure_cli_not_a_device_code() -> None:
     user = yaml.safe_load(azurecli_kubeconfig(exec_format))["users"][0]["user"]["exec"]
     assert user["args"] == ["get-token", "--login", "azurecli", "--server-id",
                             "6dae42f8-4368-4678-94ff-3960e28e3630"]
+
+
+def test_ansible_pool_next_to_operator_pools_is_labelled_out_of_the_operators_driver(tmp_path: Path) -> None:
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:pools"].append({**_gpu_pool(cfg), "name": "ndv5host", "host_management": "ansible"})
+        cfg["gpufleet:azure"]["ssh_public_key"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample admin@example"
+
+    plan = _plan(_variant(tmp_path, change))
+    host = _one(plan, POOL, "azure-ndv5-ndv5host").inputs["nodeLabels"]
+    operator = _one(plan, POOL, "azure-ndv5-ndv5").inputs["nodeLabels"]
+    # The operator's driver/toolkit are cluster-wide (one pool wants them): the Ansible pool opts out at
+    # registration, the operator pool does not.
+    assert host["nvidia.com/gpu.deploy.driver"] == "false"
+    assert host["nvidia.com/gpu.deploy.container-toolkit"] == "false"
+    assert "nvidia.com/gpu.deploy.driver" not in operator

@@ -95,10 +95,10 @@ def user_data(pool: NodePool, node_config: str | None) -> str:
     return body + f"--{boundary}--\n"
 
 
-def custom_ami_node_config(pool: NodePool, cluster: aws.eks.Cluster) -> pulumi.Output[str]:
+def custom_ami_node_config(pool: NodePool, cluster: aws.eks.Cluster, labels_map: dict[str, str]) -> pulumi.Output[str]:
     """nodeadm's NodeConfig for a user AMI (EKS does not bootstrap those): the cluster, and the labels and
     taints the kubelet registers with (EKS passes the node group's only to its own AMIs)."""
-    labels = ",".join(f"{k}={v}" for k, v in node_labels(pool).items())
+    labels = ",".join(f"{k}={v}" for k, v in labels_map.items())
     taints = ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in node_taints(pool))
     flags = [f"--node-labels={labels}"] + ([f"--register-with-taints={taints}"] if taints else [])
 
@@ -151,6 +151,9 @@ class AwsCluster(pulumi.ComponentResource):
         if cfg is None:  # load_spec refuses this already; kept for direct callers
             raise ValueError("backend aws needs gpufleet:aws")
         self.cfg = cfg
+        # The GPU Operator's driver/toolkit switches are cluster-wide (the lock): Ansible-managed GPU pools are
+        # labelled out of them at registration, as the platform layer labels existing nodes.
+        self.operator_components = lock.driver_managed_by == "operator" or lock.toolkit_managed_by == "operator"
         self.tags = {CLUSTER_TAG: spec.cluster_name}
         self.aws_provider = aws.Provider(f"{name}-aws", region=cfg.region, default_tags={"tags": self.tags},
                                          opts=pulumi.ResourceOptions(parent=self))
@@ -263,7 +266,7 @@ class AwsCluster(pulumi.ComponentResource):
         itype = pool.instance_type or ""
         gpu = pool.role == "gpu"
         tags = {**self.tags, ROLE_LABEL: pool.role, POOL_LABEL: pool.name}
-        labels = node_labels(pool)
+        labels = node_labels(pool, operator_components=self.operator_components)
         if pool.fabric == "efa":
             labels[FABRIC_LABEL] = "efa"
         custom_ami = pool.image is not None and pool.image.startswith("ami-")
@@ -274,7 +277,8 @@ class AwsCluster(pulumi.ComponentResource):
             "metadata_options": {"http_tokens": "required", "http_put_response_hop_limit": 2},
             "tag_specifications": [{"resource_type": "instance", "tags": tags}],
             "tags": tags,
-            "user_data": _b64(custom_ami_node_config(pool, self.cluster).apply(lambda c: user_data(pool, c))
+            "user_data": _b64(custom_ami_node_config(pool, self.cluster, node_labels(
+                pool, operator_components=self.operator_components)).apply(lambda c: user_data(pool, c))
                               if custom_ami else user_data(pool, None)),
         }
         if custom_ami:

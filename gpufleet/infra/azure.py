@@ -190,6 +190,9 @@ class AzureCluster(pulumi.ComponentResource):
             raise ValueError("backend azure needs gpufleet:azure")
         self.cfg = cfg
         self.spec = spec
+        # The GPU Operator's driver/toolkit switches are cluster-wide (the lock): Ansible-managed GPU pools are
+        # labelled out of them at registration, as the platform layer labels existing nodes.
+        self.operator_components = lock.driver_managed_by == "operator" or lock.toolkit_managed_by == "operator"
         self.tags = {CLUSTER_TAG: spec.cluster_name}
         self.azure_provider = azure_native.Provider(f"{name}-azure", location=cfg.location,
                                                     opts=pulumi.ResourceOptions(parent=self))
@@ -293,7 +296,7 @@ class AzureCluster(pulumi.ComponentResource):
     def _pool_args(self, pool: NodePool) -> dict[str, Any]:
         """Arguments of an agent pool (the same for the cluster's System pool and separate pools)."""
         gpu = pool.role == "gpu"
-        labels = node_labels(pool)
+        labels = node_labels(pool, operator_components=self.operator_components)
         if pool.fabric == "infiniband":
             labels[FABRIC_LABEL] = "infiniband"
         size = pool.size
