@@ -66,6 +66,8 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 #: Absolute path of plain path characters (no spaces, quotes or line breaks).
 ABS_PATH = re.compile(r"/[A-Za-z0-9._/-]{0,4095}")
+#: A whole-disk device path (local NVMe scratch drives).
+DEVICE_PATH = re.compile(r"/dev/[A-Za-z0-9._/-]{1,200}")
 #: NCCL_SOCKET_IFNAME / NCCL_IB_HCA lists: optional ^ (exclude) or = (exact), names, optional :port.
 NCCL_IF_LIST = re.compile(r"[=^]?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*")
 #: Cloud instance types and simulated board names.
@@ -133,6 +135,7 @@ LustreNid = Annotated[str, AfterValidator(_grammar(LUSTRE_NID, "a Lustre NID (ad
                                                    "10.0.0.5@o2ib"))]
 AbsPath = Annotated[str, AfterValidator(_grammar(ABS_PATH, "an absolute path of plain characters",
                                                  "/lustre/datasets"))]
+DevicePath = Annotated[str, AfterValidator(_grammar(DEVICE_PATH, "a device path under /dev", "/dev/nvme2n1"))]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 NcclIfList = Annotated[str, AfterValidator(_grammar(NCCL_IF_LIST, "an NCCL interface list", "=eth0"))]
 PlainName = Annotated[str, AfterValidator(_grammar(PLAIN_NAME, "a plain name (letters, digits, . _ -)",
@@ -301,7 +304,10 @@ class Lustre(_Strict):
 
 class LocalNvme(_Strict):
     mount_path: AbsPath = Field("/scratch", **_doc("Mount point of the local NVMe scratch.", "/scratch"))
-    raid0: bool = Field(True, **_doc("Stripe every local NVMe drive into one RAID 0.", True))
+    raid0: bool = Field(True, **_doc("Stripe the drives into one md RAID 0 (false: exactly one drive).", True))
+    devices: list[DevicePath] = Field(default_factory=list, **_doc(
+        "Whole-disk drives for the scratch; empty: every NVMe disk that holds nothing (role local_scratch).",
+        ["/dev/nvme2n1", "/dev/nvme3n1"]))
 
 
 class Storage(_Strict):

@@ -1,0 +1,1 @@
+../../gpufleet/module_utils/local_scratch.py
