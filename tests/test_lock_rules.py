@@ -346,3 +346,11 @@ def test_operator_values_must_match_the_manager() -> None:
         "driver is managed by the host roles (host_management: ansible). Fix: set driver.enabled to false, "
         "or "
         "change the gpu pools' host_management"]
+
+
+def test_rdma_doca_release_must_be_one_the_lock_names() -> None:
+    assert one(spec("h100-cuda12.8", {"rdma": "2.7.0"})) == (
+        "stacks/Pulumi.t.yaml: gpufleet:lock.versions.rdma = '2.7.0': DOCA 2.7.0: gpufleet names no DOCA-OFED "
+        "packages for it (known releases: 2.9.1; each with its package versions in gpufleet/lock/packages.py "
+        "DOCA_RELEASES). Fix: set versions.rdma to inbox or 2.9.1")
+    assert resolve_lock(spec("h100-cuda12.8", {"rdma": "2.9.1"}), FILE).rdma == "2.9.1"

@@ -15,7 +15,8 @@ from typing import Any, Literal
 from gpufleet.ansible_run import TaskResult
 from gpufleet.drift.dpkg import PackageState
 
-Kind = Literal["package", "hold", "dpkg", "gpu_setting", "file", "service", "sysctl", "mount", "reboot", "other"]
+Kind = Literal["package", "hold", "dpkg", "gpu_setting", "file", "service", "sysctl", "mount", "kernel_module",
+               "cpu_governor", "reboot", "other"]
 
 #: ``apt-get -s`` says what it would do as ``Inst <pkg> [<installed>] (<candidate> <origin> [<arch>])``.
 _INST = re.compile(r"^Inst (?P<pkg>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<new>\S+)", re.MULTILINE)
@@ -34,6 +35,10 @@ _SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl"})
 _HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections", "dpkg_hold"})
 _MOUNT_ACTIONS = frozenset({"ansible.posix.mount", "mount"})
 _REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "reboot"})
+# kernel_module is the project's module (ansible/library); modprobe from users' own roles reads the same.
+_MODULE_ACTIONS = frozenset({"kernel_module", "community.general.modprobe", "modprobe"})
+# cpu_governor is the project's module (ansible/library): it returns the CPUs whose governor differs.
+_GOVERNOR_ACTIONS = frozenset({"cpu_governor"})
 _GPU_ACTIONS = frozenset({"gpu_settings"})
 _GPU_FIELDS: dict[str, tuple[str, str]] = {
     "power_limit_w": ("power limit", "W"),
@@ -60,6 +65,10 @@ def kind_of(action: str) -> Kind:
         return "mount"
     if action in _REBOOT_ACTIONS:
         return "reboot"
+    if action in _MODULE_ACTIONS:
+        return "kernel_module"
+    if action in _GOVERNOR_ACTIONS or short == "cpu_governor":
+        return "cpu_governor"
     return "other"
 
 
@@ -257,6 +266,30 @@ def mount_messages(res: Mapping[str, Any]) -> list[str]:
         pending = _MOUNT_PENDING.get(str(state), "not mounted or not in /etc/fstab as expected")
         out.append(f"{what} {r.get('name') or r.get('path')} ({r.get('src')}, {r.get('opts')}): {pending}")
     return out
+def module_message(task: TaskResult, res: Mapping[str, Any]) -> str:
+    """``kernel module nvidia_peermem: not loaded, expected loaded`` (modprobe's name and wanted state)."""
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    name = res.get("name") or args.get("name") or task.task
+    present = (res.get("state") or args.get("state") or "present") == "present"
+    return (f"kernel module {name}: not loaded, expected loaded" if present
+            else f"kernel module {name}: loaded, expected unloaded")
+
+
+def governor_message(task: TaskResult, res: Mapping[str, Any]) -> str:
+    """``CPU governor powersave on cpu0-3 (4 of 8 CPUs), expected performance``; CPUs grouped by governor."""
+    differing = res.get("differing")
+    want = res.get("governor") or "the configured governor"
+    if not isinstance(differing, Mapping) or not differing:
+        return f"CPU governor: {task.task}"
+    groups: dict[str, list[int]] = {}
+    for cpu, have in differing.items():
+        groups.setdefault(str(have), []).append(int(str(cpu).removeprefix("cpu") or -1))
+    total = res.get("cpus")
+    parts = []
+    for have, cpus in groups.items():
+        of = f" of {total}" if isinstance(total, int) else ""
+        parts.append(f"{have} on {gpu_list(cpus).replace('GPU', 'cpu')} ({len(cpus)}{of} CPUs)")
+    return f"CPU governor {'; '.join(parts)}, expected {want}"
 
 
 def interrupted_message(states: list[PackageState]) -> str:
@@ -329,5 +362,9 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
         return kind, mount_messages(res) or [f"{task.task}: mounts differ"], ""
     if kind == "reboot":
         return kind, [f"reboot: {task.task}"], ""
+    if kind == "kernel_module":
+        return kind, [module_message(task, res)], ""
+    if kind == "cpu_governor":
+        return kind, [governor_message(task, res)], ""
     msg = (task.msg or "").strip()
     return kind, [f"{task.task}: {msg}" if msg else f"{task.task} would change"], ""

@@ -61,6 +61,29 @@ LUSTRE_CLIENT_MODULES = "lustre-client-modules-"
 LUSTRE_CLIENT_DKMS = "dkms"
 
 
+#: DOCA-OFED (DOCA-Host's OFED profile, what MLNX_OFED became) per DOCA release: the kernel driver set and the
+#: rdma-core userspace it carries, at the exact versions of NVIDIA's repository for Ubuntu 22.04 x86_64
+#: (https://linux.mellanox.com/public/repo/doca/<release>/ubuntu22.04/x86_64/). DOCA 2.9.1 (2024 LTS U1) ships the
+#: 24.10-1.1.4 LTS drivers (MLNX_OFED v24.10-1.1.4.0 LTS documentation; DOCA 2.9.2's General Support page lists
+#: 24.10.OFED.24.10.2.1.8.1 for its kernel modules, the next LTS update) and rdma-core 2410mlnx54 built 2410068
+#: (the build tag of DOCA 2.9.1's userspace, e.g. clusterkit 1.14.462-1.2410068 on its General Support page);
+#: the file names (mlnx-ofed-kernel-dkms_24.10.OFED.24.10.1.1.4.1-1_all.deb, rdma-core_2410mlnx54-1.2410068_*.deb)
+#: are those of the 24.10-1.1.4.0 DEBS directory. docs/tuning.md has the links.
+DOCA_OFED_META = "doca-ofed"
+DOCA_KERNEL = ("mlnx-ofed-kernel-dkms", "mlnx-ofed-kernel-utils")
+DOCA_USERSPACE = ("rdma-core", "libibverbs1", "ibverbs-providers", "ibverbs-utils", "infiniband-diags")
+DOCA_RELEASES: dict[str, dict[str, str]] = {
+    "2.9.1": {"kernel": "24.10.OFED.24.10.1.1.4.1-1", "userspace": "2410mlnx54-1.2410068"},
+}
+
+
+def doca_ofed_packages(release: str) -> list[Package]:
+    """The pinned DOCA-OFED set of a DOCA release (the ``doca-ofed`` meta package itself is installed with it,
+    unpinned: its Depends are these). KeyError for a release the table does not know."""
+    r = DOCA_RELEASES[release]
+    return [(n, r["kernel"]) for n in DOCA_KERNEL] + [(n, r["userspace"]) for n in DOCA_USERSPACE]
+
+
 def driver_suffix(branch: int) -> str:
     return f"-{branch}" if branch < 590 else ""
 
@@ -203,6 +226,9 @@ def naming_table(branches: list[int], cuda_minors: list[tuple[int, int]], cudnn_
         "distro_driver": {"packages": list(DISTRO_DRIVER), "extra": list(DISTRO_DRIVER_EXTRA),
                           "source": list(DISTRO_DRIVER_SOURCE)},
         "driver_patterns": driver_patterns(),
+        "doca_ofed": {"meta": DOCA_OFED_META,
+                      "releases": {r: [{"name": n, "version": v} for n, v in doca_ofed_packages(r)]
+                                   for r in DOCA_RELEASES}},
         "skew": skew_packages(branches, cuda_minors, cuda_majors),
         # version = prefix ~ upstream version ~ suffix
         "version": {"driver": {"prefix": "", "suffix": UBUNTU_REVISION},

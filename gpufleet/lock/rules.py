@@ -14,6 +14,7 @@ from gpufleet.catalog.charts import CHARTS
 from gpufleet.errors import ConfigProblem
 from gpufleet.lock import compat
 from gpufleet.lock.model import Lock
+from gpufleet.lock.packages import DOCA_RELEASES
 from gpufleet.lock.profiles import PROFILES
 from gpufleet.lock.versions import (
     cuda_major_minor,
@@ -232,6 +233,17 @@ def rule_dcgm_cuda(c: RuleContext) -> list[ConfigProblem]:
     return [c.problem(c.blame("dcgm", "cuda"), rule, fix)]
 
 
+def rule_rdma_release(c: RuleContext) -> list[ConfigProblem]:
+    """A DOCA release must be one whose DOCA-OFED packages the lock names (gpufleet.lock.packages)."""
+    value = c.lock.rdma
+    if value == "inbox" or value in DOCA_RELEASES:
+        return []
+    known = ", ".join(DOCA_RELEASES)
+    rule = (f"DOCA {value}: gpufleet names no DOCA-OFED packages for it (known releases: {known}; each with its "
+            "package versions in gpufleet/lock/packages.py DOCA_RELEASES)")
+    return [c.problem("rdma", rule, f"set {c.setting('rdma')} to inbox or {known}")]
+
+
 def rule_charts(c: RuleContext) -> list[ConfigProblem]:
     """Every chart version must be one the chart catalog knows, with its public source."""
     out = []
@@ -290,6 +302,7 @@ RULES: dict[str, Callable[[RuleContext], list[ConfigProblem]]] = {
     "nccl-cuda": rule_nccl_cuda,
     "cudnn-cuda": rule_cudnn_cuda,
     "dcgm-cuda": rule_dcgm_cuda,
+    "rdma-release": rule_rdma_release,
     "charts": rule_charts,
     "power-limit": rule_pool_gpus_and_power,
     "one-lock": rule_one_lock,

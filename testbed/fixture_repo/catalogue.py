@@ -434,6 +434,29 @@ def _simulator_packages() -> list[Package]:
     ]
 
 
+#: DOCA releases the fixture carries (their packages and versions are the lock's, gpufleet.lock.packages).
+DOCA: tuple[str, ...] = tuple(naming.DOCA_RELEASES)
+DOCA_MAINTAINER = "Mellanox Technologies <support@mellanox.com>"
+
+
+def _doca_packages() -> list[Package]:
+    """DOCA-OFED of each release: the pinned set, and the ``doca-ofed`` meta package depending on it. The meta
+    package's own revision in NVIDIA's repository is not known here; the fixture gives it the release number (no
+    role pins it: it is installed with the set, which carries the versions that matter)."""
+    pkgs = []
+    for release in DOCA:
+        pinned = naming.doca_ofed_packages(release)
+        for name, version in pinned:
+            pkgs.append(Package(name, version, "empty", arch="all" if name.endswith("-dkms") else "amd64",
+                                section="net", description=f"{name} (DOCA-OFED {release}, gpufleet fixture)",
+                                maintainer=DOCA_MAINTAINER))
+        pkgs.append(Package(naming.DOCA_OFED_META, release, "empty", section="net",
+                            depends=tuple(f"{n} (= {v})" for n, v in pinned),
+                            description=f"DOCA-OFED {release} meta package (gpufleet fixture)",
+                            maintainer=DOCA_MAINTAINER))
+    return pkgs
+
+
 def catalogue() -> list[Package]:
     """Every package of the fixture repository."""
     pkgs: list[Package] = _simulator_packages()
@@ -441,5 +464,5 @@ def catalogue() -> list[Package]:
         for v in versions:
             pkgs += _driver_packages(branch, v)
     pkgs += _cuda_packages() + _cudnn_packages() + _nccl_packages() + _dcgm_packages()
-    pkgs += _container_toolkit_packages() + _lustre_client_packages()
+    pkgs += _container_toolkit_packages() + _lustre_client_packages() + _doca_packages()
     return pkgs
