@@ -92,10 +92,10 @@ def test_lnet_and_mounts_from_the_stack_and_the_refusals(tmp_path: Path) -> None
 def test_site_runs_the_role_only_for_stacks_with_mgs_nids() -> None:
     # One include per host behind one condition: a stack without Lustre (the local sandbox) skips one task.
     plays = yaml.safe_load((REPO_ROOT / "ansible" / "playbooks" / "node_services.yml").read_text())
-    [play] = [p for p in plays if any((t.get("ansible.builtin.include_role") or {}).get("name") == "lustre_client"
-                                      for t in p.get("tasks") or [])]
-    assert play["hosts"] == "gpu" and len(play["tasks"]) == 1 and not play.get("roles")
-    when = Environment().compile_expression(play["tasks"][0]["when"])
+    [(play, task)] = [(p, t) for p in plays for t in p.get("tasks") or []
+                      if (t.get("ansible.builtin.include_role") or {}).get("name") == "lustre_client"]
+    assert play["hosts"] == "gpu" and not play.get("roles") and not play.get("gather_facts")
+    when = Environment().compile_expression(task["when"])
     assert when(gpufleet_lustre=None) is False  # local sandbox: storage.lustre absent
     assert when() is False
     assert when(gpufleet_lustre={**FS, "mgs_nids": []}) is False  # aws: FSx, mounted by the CSI driver in pods
