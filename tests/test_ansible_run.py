@@ -230,6 +230,7 @@ def test_json_shape() -> None:
     json.dumps(data)  # must be serialisable as is
     assert set(data) == {
         "schema", "ok", "rc", "status", "check", "verdict", "hosts", "changed", "failed", "tasks", "log_tail", "rerun",
+        "notices",
     }  # fmt: skip
     assert (data["schema"], data["ok"], data["rc"], data["status"], data["check"]) == (
         1,
@@ -537,3 +538,26 @@ def test_run_playbook_quiet_mode_prints_nothing(monkeypatch: pytest.MonkeyPatch)
     )
     assert out.getvalue() == ""
     assert result.rc == 4 and result.failed_hosts == ["node-b"]
+
+
+def test_a_module_s_notice_reaches_the_summary_text_and_json_from_its_result_not_its_task_name() -> None:
+    # What the dpkg_hold module returns when it finished an interrupted dpkg run (tests/test_dpkg_hold_module.py);
+    # the task is renamed on purpose: the line comes from the result.
+    notice = {"event": "recovered interrupted dpkg",
+              "detail": "nvidia-driver-570-open 570.172.08-0ubuntu1 (iU), nvidia-utils-570 570.133.20-0ubuntu1 (iHR)"}
+    events = [
+        _ev("runner_on_ok", "gpu-0", role="nvidia_driver", task="Anything", task_action="dpkg_hold",
+            res={"changed": True, "recovered": True, "gpufleet_notice": notice}),
+        _ev("runner_on_ok", "gpu-1", role="nvidia_driver", task="Anything", task_action="dpkg_hold",
+            task_uuid="u2", res={"changed": False, "recovered": False}),
+        {"event": "playbook_on_stats", "event_data": {"ok": {"gpu-0": 1, "gpu-1": 1}, "changed": {"gpu-0": 1},
+                                                      "processed": {"gpu-0": 1, "gpu-1": 1}}},
+    ]
+    result = build_result(events, rc=0, status="successful")
+    line = ("recovered interrupted dpkg on gpu-0: nvidia-driver-570-open 570.172.08-0ubuntu1 (iU), "
+            "nvidia-utils-570 570.133.20-0ubuntu1 (iHR)")
+    assert [n.line for n in result.notices] == [line]
+    assert result.to_json()["notices"] == [{"host": "gpu-0", **notice, "line": line}]
+    text = _render(summary(result), width=200)
+    assert line in text and text.index(line) < text.index("OK: 2 hosts")
+    assert build_result(events[1:], rc=0, status="successful").to_json()["notices"] == []

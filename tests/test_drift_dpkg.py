@@ -73,7 +73,7 @@ def test_an_interrupted_install_is_a_finding_of_its_own_and_drains_the_driver_no
     report = build_report(run)
     assert [(i.kind, i.line()) for i in report.items] == [(
         "dpkg", "gpu-0 nvidia_driver: dpkg was interrupted: nvidia-utils-570 570.172.08-0ubuntu1 unpacked, not "
-                "configured (iU); apt refuses to install until `dpkg --configure -a` has run on the host")]
+                "configured (iU); converge recovers it (`dpkg --configure -a`, then the pinned install)")]
     assert report.needs_drain("gpu-0") and report.exit_code == 2
 
 
@@ -110,3 +110,52 @@ def test_one_role_s_changed_hold_does_not_hide_another_role_s_read_of_the_same_s
     assert [i.line() for i in report.items] == [
         "gpu-0 nvidia_driver: nvidia-utils-570: 570.172.08-0ubuntu1 installed, as locked; not held, expected held",
         "gpu-0 nccl: libnccl2, libnccl-dev: 2.25.1-1+cuda12.8 installed, 2.26.2-1+cuda12.8 locked; not held"]
+
+
+def test_the_install_path_s_read_names_the_interrupted_driver_packages_and_drains_only_for_them() -> None:
+    # The dpkg_interrupt scenario's check run: apt was killed while dpkg unpacked the driver 570.133.20 -> 570.172.08.
+    # Every package role's read (dpkg_hold, recover: true) reports the host's interrupted packages and would recover
+    # them (changed); the driver's names its own, NCCL's the same map. apt's simulation moves what is half done.
+    broken = {"nvidia-driver-570-open": {"version": "570.172.08-0ubuntu1", "selection": "install",
+                                         "status": "unpacked", "reinst_required": False, "abbrev": "iU"},
+              "nvidia-utils-570": {"version": "570.133.20-0ubuntu1", "selection": "install",
+                                   "status": "half-installed", "reinst_required": True, "abbrev": "iHR"},
+              "libfoo1": {"version": "1.0", "selection": "install", "status": "half-configured",
+                          "reinst_required": False, "abbrev": "iF"}}
+    notice = {"event": "would recover interrupted dpkg", "detail": "..."}
+    driver = _event("nvidia_driver", "uuid-1", 17, "dpkg_hold", {
+        "changed": True, "recovered": True, "changed_packages": [], "interrupted": broken, "gpufleet_notice": notice,
+        "moving": ["nvidia-driver-570-open", "nvidia-utils-570", "libnvidia-compute-570"],
+        "before": {"nvidia-driver-570-open": "install", "nvidia-utils-570": "install",
+                   "libnvidia-compute-570": "hold"},
+        "installed": {"nvidia-driver-570-open": "570.172.08-0ubuntu1", "nvidia-utils-570": "570.133.20-0ubuntu1",
+                      "libnvidia-compute-570": "570.133.20-0ubuntu1"},
+        "status": {"nvidia-driver-570-open": "unpacked", "nvidia-utils-570": "half-installed",
+                   "libnvidia-compute-570": "installed"}})
+    apt = _event("nvidia_driver", "uuid-2", 30, "ansible.builtin.apt", {
+        "changed": True, "stdout": "Inst nvidia-utils-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x [amd64])\n"
+                                   "Inst libnvidia-compute-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x [amd64])\n"})
+    nccl = _event("nccl", "uuid-3", 17, "dpkg_hold", {
+        "changed": True, "recovered": True, "changed_packages": [], "interrupted": broken, "gpufleet_notice": notice,
+        "moving": [], "before": {"libnccl2": "hold"}, "installed": {"libnccl2": "2.26.2-1+cuda12.8"},
+        "status": {"libnccl2": "installed"}})
+    events = [driver, apt, nccl]
+    raw = RawResults()
+    for e in events:
+        raw(e)
+    report = build_report(build_result(events, rc=0, status="successful", check=True), raw)
+    assert sorted((i.component, i.kind, i.message) for i in report.items) == [
+        ("nvidia_driver", "dpkg", "dpkg was interrupted: nvidia-driver-570-open 570.172.08-0ubuntu1 unpacked, not "
+                                  "configured (iU); nvidia-utils-570 570.133.20-0ubuntu1 half-installed, reinstall "
+                                  "required (iHR); converge recovers it (`dpkg --configure -a`, then the pinned "
+                                  "install)"),
+        ("nvidia_driver", "package", "libnvidia-compute-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 "
+                                     "locked; held"),
+        ("nvidia_driver", "package", "nvidia-utils-570: 570.133.20-0ubuntu1 half-installed (iHR), "
+                                     "570.172.08-0ubuntu1 locked; not held"),
+        # No role names it: the host's, not NCCL's (whose read listed it first among the rest); no drain for it.
+        ("site", "dpkg", "dpkg was interrupted: libfoo1 1.0 half-configured (iF); converge recovers it "
+                         "(`dpkg --configure -a`, then the pinned install)"),
+    ]
+    assert report.needs_drain("gpu-0")
+    assert [i.disruptive for i in report.items if i.component == "site"] == [False]

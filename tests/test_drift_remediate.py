@@ -134,3 +134,28 @@ def test_ansible_executor_resumes_only_hosts_that_pass_health(monkeypatch: pytes
     ex.hold("gpu-1", "gpufleet: remediate failed: health")
     assert calls[2]["tags"] == ["hold"]
     assert calls[2]["extravars"]["gpufleet_remediate_hold_reason"] == "gpufleet: remediate failed: health"
+
+
+def test_the_converge_s_notices_reach_the_host_s_outcome_and_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recovered interrupted dpkg run (the dpkg_hold module's gpufleet_notice) is said per host, text and JSON."""
+    from pathlib import Path
+    from typing import Any
+
+    from gpufleet.ansible_run import HostStats, RunResult, TaskResult
+    from gpufleet.drift import runner
+
+    def fake_run(playbook: Path, inventory: Path, **kw: Any) -> RunResult:
+        hosts = kw["limit"].split(",")
+        recovered = TaskResult("gpu-0", "p", "nvidia_driver", "t", "dpkg_hold", "changed", True, res={
+            "gpufleet_notice": {"event": "recovered interrupted dpkg", "detail": "nvidia-utils-570 1.0 (iHR)"}})
+        return RunResult(rc=0, status="successful", finished=True, tasks=[recovered],
+                         hosts={h: HostStats(state="done") for h in hosts})
+
+    monkeypatch.setattr(runner, "run_playbook", fake_run)
+    ex = runner.AnsibleExecutor(runner.Target(Path("/inv.yml")))
+    log: list[str] = []
+    result = remediate([HostPlan("gpu-0", ("nvidia_driver",), True), HostPlan("gpu-1", ("nccl",), False)],
+                       batch_size=2, max_fail=1, executor=ex, log=log.append)
+    line = "recovered interrupted dpkg on gpu-0: nvidia-utils-570 1.0 (iHR)"
+    assert [o["notices"] for o in result.to_json()["outcomes"]] == [[line], []]
+    assert line in log

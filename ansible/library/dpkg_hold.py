@@ -14,6 +14,10 @@ description:
     costs a Python start on the host).
   - Holding a package that is not installed fails (dpkg would ignore it silently and the hold would be missing);
     in check mode such a package is reported as one that would be held.
+  - With O(recover), a dpkg run that was interrupted (packages left unpacked, half-configured or half-installed,
+    or dpkg's journal not yet folded into its database, which apt reports as C(dpkg was interrupted)) is finished
+    first with C(dpkg --configure -a), as apt runs dpkg, and the state is read again. The same read finds it, so a
+    clean host pays nothing for it. In check mode the recovery is reported as a change and not run.
   - Supports check mode and diff mode.
 options:
   names:
@@ -38,6 +42,13 @@ options:
         selection; the others are returned in RV(moving) and left as they are, for the install that follows (and a
         second call after it). Lets a converged host skip the install with one read.
     type: dict
+  recover:
+    description:
+      - Finish an interrupted dpkg run (C(dpkg --configure -a)) before anything else, when the read shows one.
+        Packages it cannot configure (half-installed ones need their files again) are returned in RV(moving) when
+        named, for the install that follows; one it leaves behind unnamed fails the task.
+    type: bool
+    default: false
 author: gpufleet
 """
 
@@ -77,32 +88,108 @@ status:
       not-installed when dpkg does not know it). C(gpufleet drift) reports an interrupted dpkg run from it.
   returned: always
   type: dict
+interrupted:
+  description:
+    - Every package of the host (named or not) that an interrupted dpkg run left behind, as read before any
+      recovery, name -> C(version), C(selection), C(status), C(reinst_required) (dpkg's C(R) flag) and C(abbrev)
+      (C(dpkg -l)'s letters, C(iHR)). Empty on a clean host.
+  returned: always
+  type: dict
+recovered:
+  description: True when C(dpkg --configure -a) ran, or in check mode would run.
+  returned: always
+  type: bool
+gpufleet_notice:
+  description:
+    - One line for the run's summary (gpufleet's runner prints it with the host), set when a recovery ran or would
+      run. C(event) says what, C(detail) which packages in which state.
+  returned: when recovered
+  type: dict
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 NOT_INSTALLED = "not installed"
+# Statuses a dpkg run leaves between unpacking and configuring (``dpkg --audit`` lists them; apt refuses to work).
+INTERRUPTED = frozenset({"half-installed", "unpacked", "half-configured", "triggers-awaited"})
+ABSENT = frozenset({"not-installed", "config-files"})
+# How apt runs dpkg (ansible.builtin.apt does the same): no questions, keep locally changed configuration files.
+DPKG_ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C"}
+CONFIGURE_ALL = ["dpkg", "--force-confdef", "--force-confold", "--configure", "-a"]
 
 
-def read_state(module: AnsibleModule, names: list[str]) -> tuple[dict[str, str], dict[str, str | None],
-                                                                 dict[str, str]]:
-    """(selection, installed version, dpkg status) of every name; unknown or removed packages are not installed."""
-    # rc 1 only means that some names are unknown to dpkg.
-    rc, out, err = module.run_command(
-        ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Want}\t${db:Status-Status}\t${Version}\n", *names])
-    if rc not in (0, 1):
-        module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
-    found: dict[str, tuple[str, str]] = {}
-    statuses: dict[str, str] = {}
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 4:
-            statuses[parts[0]] = parts[2]
-        if len(parts) == 4 and parts[2] not in ("not-installed", "config-files"):
-            found[parts[0]] = (parts[1], parts[3])
-    selections = {n: found[n][0] if n in found else NOT_INSTALLED for n in names}
-    versions = {n: found[n][1] if n in found else None for n in names}
-    return selections, versions, {n: statuses.get(n, "not-installed") for n in names}
+class State:
+    """One read of dpkg's database: every package's selection, version, status and reinst-required flag."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        # Every package, not only the named ones: an interrupted run may have stopped in a dependency. dpkg-query
+        # loads the whole database either way; only the printing grows.
+        rc, out, err = module.run_command(
+            ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Want}\t${db:Status-Status}\t${db:Status-Eflag}"
+                                 "\t${Version}\t${db:Status-Abbrev}\n"])
+        if rc != 0:
+            module.fail_json(msg=f"dpkg-query failed (rc {rc}): {err.strip()}")
+        # name -> (want, status, eflag, version, abbrev: dpkg -l's letters, iHR)
+        self.rows: dict[str, tuple[str, str, str, str, str]] = {}
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 6:
+                self.rows[parts[0]] = (parts[1], parts[2], parts[3], parts[4], parts[5].strip())
+        # dpkg writes each status change to its journal first; apt refuses to run until one is folded in.
+        updates = os.path.join(os.environ.get("DPKG_ADMINDIR", "/var/lib/dpkg"), "updates")
+        try:
+            self.journal = any(n.isdigit() for n in os.listdir(updates))
+        except OSError:
+            self.journal = False
+
+    def selection(self, name: str) -> str:
+        row = self.rows.get(name)
+        return row[0] if row and row[1] not in ABSENT else NOT_INSTALLED
+
+    def version(self, name: str) -> str | None:
+        row = self.rows.get(name)
+        return row[3] if row and row[1] not in ABSENT else None
+
+    def status(self, name: str) -> str:
+        row = self.rows.get(name)
+        return row[1] if row else "not-installed"
+
+    def settled(self, name: str, version: str) -> bool:
+        """Installed at ``version``, configured: nothing for apt to do."""
+        return self.version(name) == version and self.status(name) == "installed" and self.rows[name][2] == "ok"
+
+    @property
+    def interrupted(self) -> dict[str, dict[str, object]]:
+        return {n: {"version": r[3] or None, "selection": r[0], "status": r[1], "reinst_required": r[2] == "reinstreq",
+                    "abbrev": r[4]}
+                for n, r in self.rows.items() if r[1] in INTERRUPTED or r[2] == "reinstreq"}
+
+    @property
+    def pending(self) -> bool:
+        return self.journal or bool(self.interrupted)
+
+
+def describe(interrupted: dict[str, dict[str, object]]) -> str:
+    """``nvidia-utils-570 570.133.20-0ubuntu1 (iHR)``, comma-separated: what ``dpkg -l`` shows of each."""
+    return ", ".join(f"{n} {v['version'] or ''} ({v['abbrev']})".replace("  ", " ")
+                     for n, v in sorted(interrupted.items())) or "dpkg's journal only"
+
+
+def recover(module: AnsibleModule, names: list[str], found: State) -> State:
+    """``dpkg --configure -a``, then a fresh read. What it cannot configure and no install of ours will reinstall
+    (not among ``names``) fails the task: apt would refuse every later install on the host."""
+    rc, out, err = module.run_command(CONFIGURE_ALL, environ_update=DPKG_ENV)
+    after = State(module)
+    stranded = {n: st for n, st in after.interrupted.items() if n not in names}
+    if stranded or after.journal:
+        module.fail_json(
+            msg=f"dpkg_hold: `{' '.join(CONFIGURE_ALL)}` (rc {rc}) left {describe(stranded)} unfinished, "
+                f"which the packages of this task ({', '.join(names)}) do not cover. Fix: run it on the host, fix "
+                f"what it reports (`dpkg --audit`), then rerun. Its output: {(out + err).strip()[-1500:]}",
+            interrupted=found.interrupted, recovered=False)
+    return after
 
 
 def main() -> None:
@@ -112,6 +199,7 @@ def main() -> None:
             "selection": {"type": "str", "choices": ["hold", "install"], "default": "hold"},
             "versions": {"type": "dict"},
             "read_only": {"type": "bool", "default": False},
+            "recover": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -121,8 +209,16 @@ def main() -> None:
     if pinned is not None and (unpinned := [n for n in names if n not in pinned]):
         module.fail_json(msg=f"dpkg_hold: versions has no entry for {', '.join(unpinned)}. Fix: give every name "
                              "its pinned version, or leave versions out.")
-    selections, installed, statuses = read_state(module, names)
-    moving = [n for n in names if pinned is not None and installed[n] != str(pinned[n])]
+    state = State(module)
+    interrupted = state.interrupted
+    recovering = bool(module.params["recover"]) and state.pending
+    if recovering and not module.check_mode:
+        state = recover(module, names, state)
+    selections = {n: state.selection(n) for n in names}
+    installed = {n: state.version(n) for n in names}
+    statuses = {n: state.status(n) for n in names}
+    # Unpacked or half-installed at the pinned version still moves: apt must configure or reinstall it.
+    moving = [n for n in names if pinned is not None and not state.settled(n, str(pinned[n]))]
     before = {n: s for n, s in selections.items() if n not in moving}
     missing = [n for n, s in before.items() if s == NOT_INSTALLED]
     if missing and selection == "hold" and not module.check_mode and not module.params["read_only"]:
@@ -133,13 +229,15 @@ def main() -> None:
     changing = [n for n, s in before.items() if s != selection and not (s == NOT_INSTALLED and selection != "hold")
                 and not module.params["read_only"]]
     after = {n: (selection if n in changing else s) for n, s in before.items()}
-    result = {
-        "changed": bool(changing),
+    result: dict[str, object] = {
+        "changed": bool(changing) or recovering,
         "changed_packages": changing,
         "before": selections,
         "moving": moving,
         "installed": installed,
         "status": statuses,
+        "interrupted": interrupted,
+        "recovered": recovering,
         "diff": {
             "before": "".join(f"{n} {before[n]}\n" for n in changing),
             "after": "".join(f"{n} {after[n]}\n" for n in changing),
@@ -147,6 +245,10 @@ def main() -> None:
             "after_header": "dpkg selections",
         },
     }
+    if recovering:
+        result["gpufleet_notice"] = {
+            "event": "would recover interrupted dpkg" if module.check_mode else "recovered interrupted dpkg",
+            "detail": describe(interrupted)}
     if changing and not module.check_mode:
         data = "".join(f"{n} {selection}\n" for n in changing)
         rc, _, err = module.run_command(["dpkg", "--set-selections"], data=data)

@@ -10,6 +10,7 @@ from gpufleet.ansible_run.events import ResultBuilder, build_result
 from gpufleet.ansible_run.results import (
     HostStats,
     ItemResult,
+    Notice,
     RunResult,
     TaskResult,
     changes_by_host,
@@ -20,6 +21,7 @@ __all__ = [
     "ANSIBLE_CFG",
     "HostStats",
     "ItemResult",
+    "Notice",
     "ResultBuilder",
     "RunResult",
     "TaskResult",

@@ -84,7 +84,8 @@ def summary_table(result: RunResult) -> Table:
 
 
 def summary(result: RunResult) -> RenderableType:
-    """Closing summary: recap table, each failure with its message, the verdict."""
+    """Closing summary: recap table, each failure with its message, what modules asked to say (a recovered
+    interrupted dpkg run), the verdict."""
     parts: list[RenderableType] = []
     if result.hosts:
         parts.append(summary_table(result))
@@ -94,6 +95,7 @@ def summary(result: RunResult) -> RenderableType:
     if not result.tasks and not result.ok and result.log_tail:
         # Nothing ran: what ansible printed (a syntax error, a missing inventory) is the reason.
         parts.append(Text("\n".join(result.log_tail), style="dim"))
+    parts.extend(Text(n.line, style="yellow") for n in result.notices)
     parts.append(Text(result.verdict(), style="bold green" if result.ok else "bold red"))
     return Group(*parts)
 

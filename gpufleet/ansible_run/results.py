@@ -16,6 +16,8 @@
                 (lost: why the host stopped answering or timed out, else null; duration: seconds
                 the task ran, i.e. the time waited for the host)
     rerun       [host, ...]  hosts that failed or stopped answering: rerun with --limit these
+    notices     [{host, event, detail, line}]  what modules asked the summary to say (a result's
+                ``gpufleet_notice``: the dpkg_hold module's recovery of an interrupted dpkg run), in run order
     tasks       [task, ...] in event order, each:
                   host, play, role, task, action, status (ok|changed|failed|skipped|unreachable),
                   changed, ignored (a failure under ignore_errors), msg, tags, task_path,
@@ -43,6 +45,9 @@ BULKY_RES_KEYS = frozenset(
 )
 #: Longer strings (command output, file contents) are cut so a JSON summary stays readable.
 MAX_RES_STRING = 2000
+#: Result key of a module's line for the run's summary: ``{event, detail}`` (ansible/library/dpkg_hold.py sets it
+#: when it finished an interrupted dpkg run). Read from the results, never from task names.
+NOTICE_KEY = "gpufleet_notice"
 
 
 def trim_res(value: Any) -> Any:
@@ -135,6 +140,23 @@ class TaskResult:
         }
 
 
+@dataclass(frozen=True)
+class Notice:
+    """One line a module asked the run's summary to say about a host."""
+
+    host: str
+    event: str
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """``recovered interrupted dpkg on gpu-0: nvidia-utils-570 570.133.20-0ubuntu1 (iHR)``."""
+        return f"{self.event} on {self.host}: {self.detail}" if self.detail else f"{self.event} on {self.host}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"host": self.host, "event": self.event, "detail": self.detail, "line": self.line}
+
+
 @dataclass
 class HostStats:
     """PLAY RECAP counters of one host, plus its state for the live display."""
@@ -222,6 +244,16 @@ class RunResult:
 
         return [t for t in self.tasks if counts(t)]
 
+    @property
+    def notices(self) -> list[Notice]:
+        """The ``gpufleet_notice`` of every task that ran (ok or changed), in run order."""
+        out = []
+        for t in self.tasks:
+            n = t.res.get(NOTICE_KEY) if t.status in ("ok", "changed") else None
+            if isinstance(n, dict) and n.get("event"):
+                out.append(Notice(t.host, str(n["event"]), str(n.get("detail") or "")))
+        return out
+
     def verdict(self) -> str:
         return verdict(self)
 
@@ -238,6 +270,7 @@ class RunResult:
             "failed": [{"host": t.host, "task": t.label, "msg": t.msg, "lost": t.lost, "duration": t.duration}
                        for t in self.failures],
             "rerun": self.rerun_hosts,
+            "notices": [n.to_json() for n in self.notices],
             "tasks": [t.to_json() for t in self.tasks],
             "log_tail": list(self.log_tail),
         }

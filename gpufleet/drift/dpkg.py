@@ -136,21 +136,40 @@ def parse_dpkg_query(argv: Any, stdout: str) -> list[PackageState]:
 
 def parse_dpkg_hold(res: Mapping[str, Any]) -> list[PackageState]:
     """States from the project's ``dpkg_hold`` module (``before``: selections, ``installed``: versions,
-    ``status``: dpkg's status, absent from results of older module versions)."""
+    ``status``: dpkg's status, ``interrupted``: every package of the host an interrupted dpkg run left behind,
+    named or not; the last two are absent from results of older module versions). Read before the module's own
+    recovery (``recover``), so check mode and the run that recovers report the same states."""
     before, installed, status = res.get("before"), res.get("installed"), res.get("status")
     if not isinstance(before, Mapping):
         return []
     versions = installed if isinstance(installed, Mapping) else {}
     statuses = status if isinstance(status, Mapping) else {}
+    broken = res.get("interrupted") if isinstance(res.get("interrupted"), Mapping) else {}
+    assert isinstance(broken, Mapping)
     out = []
     for name, selection in before.items():
+        if name in broken:
+            continue  # as found before the recovery, below
         version, st = versions.get(name), statuses.get(name)
         if selection == "not installed":
             out.append(PackageState(str(name), None, None, str(st or "not-installed")))
         else:
             out.append(PackageState(str(name), str(version) if version else None, str(selection),
                                     str(st) if st else None))
+    for name, b in broken.items():
+        if isinstance(b, Mapping):
+            out.append(PackageState(str(name), str(b["version"]) if b.get("version") else None,
+                                    str(b.get("selection") or "") or None, str(b.get("status") or "") or None,
+                                    bool(b.get("reinst_required"))))
     return out
+
+
+def named_by(action: str, res: Mapping[str, Any]) -> set[str]:
+    """The packages a dpkg read asked for by name (``dpkg_hold``'s ``interrupted`` also lists others)."""
+    if action.rsplit(".", 1)[-1] in _ACTIONS_HOLD:
+        before = res.get("before")
+        return {str(n) for n in before} if isinstance(before, Mapping) else set()
+    return {s.name for s in states_of(action, res)}
 
 
 def states_of(action: str, res: Mapping[str, Any]) -> list[PackageState]:

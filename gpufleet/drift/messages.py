@@ -95,16 +95,18 @@ def _hold_of(pkg: str, state: PackageStates | None) -> str:
 def package_messages(stdout: str, diff: list[dict[str, Any]], state: PackageStates | None = None) -> list[str]:
     """``a, b: X installed, Y locked; not held`` per version pair and hold state (dpkg's, read by the run);
     apt's summary when the Inst lines were cut."""
-    pairs: dict[tuple[str | None, str, str], list[str]] = {}
+    pairs: dict[tuple[str | None, str, str, str], list[str]] = {}
     for m in _INST.finditer(stdout):
         pkg = m.group("pkg")
         st = (state or {}).get(pkg)
         # apt leaves out [old] for a package dpkg knows only half (unpacked, half-installed): dpkg still has it.
         old = m.group("old") or (st.version if st is not None and st.installed else None)
-        pairs.setdefault((old, m.group("new"), _hold_of(pkg, state)), []).append(pkg)
+        # A package an interrupted dpkg run left half done is not installed at its old version: say what dpkg says.
+        how = f"{st.status} ({st.abbrev})" if st is not None and st.interrupted else "installed"
+        pairs.setdefault((old, how, m.group("new"), _hold_of(pkg, state)), []).append(pkg)
     out = []
-    for (old, new, hold), pkgs in pairs.items():
-        have = f"{old} installed" if old else "not installed"
+    for (old, how, new, hold), pkgs in pairs.items():
+        have = f"{old} {how}" if old else "not installed"
         out.append(f"{', '.join(pkgs)}: {have}, {new} locked; {hold}")
     if not out:
         prepared = [str(d.get("prepared", "")).strip() for d in diff if d.get("prepared")]
@@ -295,7 +297,7 @@ def governor_message(task: TaskResult, res: Mapping[str, Any]) -> str:
 def interrupted_message(states: list[PackageState]) -> str:
     """One line for the packages an interrupted dpkg run left behind (what ``dpkg --audit`` lists)."""
     return (f"dpkg was interrupted: {'; '.join(s.interrupted_text() for s in states)}; "
-            "apt refuses to install until `dpkg --configure -a` has run on the host")
+            "converge recovers it (`dpkg --configure -a`, then the pinned install)")
 
 
 def hold_messages(task: TaskResult, res: Mapping[str, Any], state: PackageStates | None) -> list[str]:
@@ -304,6 +306,8 @@ def hold_messages(task: TaskResult, res: Mapping[str, Any], state: PackageStates
     A release (selection ``install``) precedes a package's move to its locked version: ``held at X, released
     to move to the locked version``."""
     listed = res.get("changed_packages")
+    if listed == [] and res.get("recovered"):
+        return []  # changed for the recovery of an interrupted dpkg run alone: its own finding says so
     pkgs = ([str(p) for p in listed] if isinstance(listed, list) and listed
             else [i.item for i in task.items if i.changed] or [str(res.get("item", task.task))])
     installed = res.get("installed") if isinstance(res.get("installed"), Mapping) else {}

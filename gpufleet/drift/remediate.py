@@ -41,10 +41,12 @@ class HostOutcome:
     ok: bool
     resumed: bool = False
     message: str = ""
+    #: What the converge reported for the summary (``RunResult.notices``: a recovered interrupted dpkg run).
+    notices: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "drained": self.drained, "ok": self.ok, "resumed": self.resumed,
-                "message": self.message}
+                "message": self.message, "notices": list(self.notices)}
 
 
 class Executor(Protocol):
@@ -137,6 +139,8 @@ def remediate(plans: Sequence[HostPlan], *, batch_size: int, max_fail: int, exec
         for plan in batch:
             out = outcomes.get(plan.host) or HostOutcome(plan.host, plan.drain, False, message="no result")
             result.outcomes[plan.host] = out
+            for line in out.notices:
+                log(line)
             if not out.ok:
                 reason = f"gpufleet: remediate failed: {out.message}"[:200]
                 executor.hold(plan.host, reason)

@@ -163,12 +163,13 @@ class DriftReport:
 
 def interrupted_items(result: RunResult, packages: Mapping[str, Mapping[str, dpkg.PackageState]]) -> list[DriftItem]:
     """One finding per host and component whose packages an interrupted dpkg run left half done (``iU``,
-    ``iHR``): a state of its own, not a version difference. It counts for the component whose task read it."""
+    ``iHR``): a state of its own, not a version difference. It counts for the component whose task asked for the
+    package by name (an interrupted driver package drains the node); one no role names counts under ``site``."""
     owner: dict[tuple[str, str], tuple[str, str]] = {}
     for t in result.tasks:
         if t.status in ("ok", "changed"):
-            for st in dpkg.states_of(t.action, t.res):
-                owner.setdefault((t.host, st.name), (component_of(t) or "site", t.label))
+            for name in dpkg.named_by(t.action, t.res):
+                owner.setdefault((t.host, name), (component_of(t) or "site", t.label))
     found: dict[tuple[str, str, str], list[dpkg.PackageState]] = {}
     for host, pkgs in packages.items():
         for st in pkgs.values():

@@ -203,7 +203,8 @@ class AnsibleExecutor:
                 run = self._run(",".join(resume), {"gpufleet_remediate_drain": resume}, tags=["resume"])
                 failed |= {h: _first_failure(run, h) for h in set(run.failed_hosts) | set(run.unreachable_hosts)}
         return {p.host: HostOutcome(p.host, drained=p.drain, ok=p.host not in failed,
-                                    resumed=p.drain and p.host not in failed, message=failed.get(p.host, ""))
+                                    resumed=p.drain and p.host not in failed, message=failed.get(p.host, ""),
+                                    notices=[n.line for n in result.notices if n.host == p.host])
                 for p in batch}
 
     def hold(self, host: str, reason: str) -> None:
