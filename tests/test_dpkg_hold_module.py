@@ -43,11 +43,26 @@ esac
 """
 
 
+FAKE_APT_GET = """#!/bin/sh
+# install --reinstall NAME=VERSION...: log the call; each package installed at its version, then what is unpacked
+# configured, as apt does.
+echo "$DEBIAN_FRONTEND apt-get $*" >> "$LOG"
+for a in "$@"; do
+  case "$a" in *=*) n=${a%%=*}; v=${a#*=}
+    awk -F'\\t' -v n="$n" -v v="$v" 'BEGIN { OFS = "\\t" } $1 == n { $3 = "installed"; $4 = v; $5 = "ok"; $6 = "ii" }
+      { print }' "$STATE" > "$STATE.new" && mv "$STATE.new" "$STATE" ;;
+  esac
+done
+awk -F'\\t' 'BEGIN { OFS = "\\t" } $3 == "unpacked" { $3 = "installed"; $6 = "ii" } { print }' "$STATE" > "$STATE.new"
+mv "$STATE.new" "$STATE"
+"""
+
+
 @pytest.fixture()
 def fake_dpkg(tmp_path: Path) -> Path:
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, text in (("dpkg-query", FAKE_DPKG_QUERY), ("dpkg", FAKE_DPKG)):
+    for name, text in (("dpkg-query", FAKE_DPKG_QUERY), ("dpkg", FAKE_DPKG), ("apt-get", FAKE_APT_GET)):
         path = bindir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -174,6 +189,22 @@ def test_an_interrupted_run_is_finished_the_way_apt_runs_dpkg_then_what_is_still
     assert (fake_dpkg / "log").read_text().count("--configure -a") == 1
 
 
+def test_a_package_half_installed_at_its_pinned_version_is_reinstalled_at_it(fake_dpkg: Path) -> None:
+    # A reinstall killed in nvidia-utils' unpack (the scenario's side_effect): apt sees it at the pinned version and
+    # would configure the metapackage that depends on it first, which fails; the module reinstalls it.
+    _interrupt(fake_dpkg, INTERRUPTED.replace("nvidia-utils-570\tinstall\thalf-installed\t570.133.20-0ubuntu1",
+                                              "nvidia-utils-570\tinstall\thalf-installed\t570.172.08-0ubuntu1"))
+    res = run(fake_dpkg, {"names": list(DRIVER), "versions": DRIVER, "recover": True})
+    assert res["recovered"] is True and res["moving"] == []
+    log = (fake_dpkg / "log").read_text().splitlines()
+    assert log[:2] == ["noninteractive dpkg --force-confdef --force-confold --configure -a",
+                       "noninteractive apt-get install -y -q --reinstall --allow-change-held-packages "
+                       "--no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
+                       "-o DPkg::Lock::Timeout=60 nvidia-utils-570=570.172.08-0ubuntu1"]
+    assert res["status"]["nvidia-utils-570"] == "installed"  # type: ignore[index]
+    assert sorted(res["changed_packages"]) == ["nvidia-driver-570-open", "nvidia-utils-570"]  # type: ignore[call-overload]
+
+
 def test_check_mode_reports_the_recovery_and_runs_nothing(fake_dpkg: Path) -> None:
     _interrupt(fake_dpkg)
     res = run(fake_dpkg, {"names": list(DRIVER), "versions": DRIVER, "recover": True}, check=True)
@@ -199,7 +230,7 @@ def test_what_the_recovery_leaves_half_done_outside_the_task_s_packages_fails_it
     res = run(fake_dpkg, {"names": list(DRIVER), "versions": DRIVER, "recover": True})
     assert res.get("failed") is True
     assert "left libnvidia-common-570 570.133.20-0ubuntu1 (iHR) unfinished" in str(res["msg"])
-    assert "Fix: run it on the host" in str(res["msg"])
+    assert "Fix: run `dpkg --configure -a` on the host, fix what `dpkg --audit` reports" in str(res["msg"])
 
 
 def test_documentation_parses_and_documents_every_option() -> None:

@@ -132,9 +132,11 @@ def test_the_install_path_s_read_names_the_interrupted_driver_packages_and_drain
                       "libnvidia-compute-570": "570.133.20-0ubuntu1"},
         "status": {"nvidia-driver-570-open": "unpacked", "nvidia-utils-570": "half-installed",
                    "libnvidia-compute-570": "installed"}})
+    # apt's [old] for the unpacked metapackage is the version it last saw configured; dpkg has the new one unpacked.
     apt = _event("nvidia_driver", "uuid-2", 30, "ansible.builtin.apt", {
-        "changed": True, "stdout": "Inst nvidia-utils-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x [amd64])\n"
-                                   "Inst libnvidia-compute-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x [amd64])\n"})
+        "changed": True, "stdout": "Inst nvidia-utils-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x)\n"
+                                   "Inst nvidia-driver-570-open [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x)\n"
+                                   "Inst libnvidia-compute-570 [570.133.20-0ubuntu1] (570.172.08-0ubuntu1 x)\n"})
     nccl = _event("nccl", "uuid-3", 17, "dpkg_hold", {
         "changed": True, "recovered": True, "changed_packages": [], "interrupted": broken, "gpufleet_notice": notice,
         "moving": [], "before": {"libnccl2": "hold"}, "installed": {"libnccl2": "2.26.2-1+cuda12.8"},
@@ -151,6 +153,8 @@ def test_the_install_path_s_read_names_the_interrupted_driver_packages_and_drain
                                   "install)"),
         ("nvidia_driver", "package", "libnvidia-compute-570: 570.133.20-0ubuntu1 installed, 570.172.08-0ubuntu1 "
                                      "locked; held"),
+        ("nvidia_driver", "package", "nvidia-driver-570-open: 570.172.08-0ubuntu1 unpacked (iU), "
+                                     "570.172.08-0ubuntu1 locked; not held"),
         ("nvidia_driver", "package", "nvidia-utils-570: 570.133.20-0ubuntu1 half-installed (iHR), "
                                      "570.172.08-0ubuntu1 locked; not held"),
         # No role names it: the host's, not NCCL's (whose read listed it first among the rest); no drain for it.

@@ -45,8 +45,9 @@ options:
   recover:
     description:
       - Finish an interrupted dpkg run (C(dpkg --configure -a)) before anything else, when the read shows one.
-        Packages it cannot configure (half-installed ones need their files again) are returned in RV(moving) when
-        named, for the install that follows; one it leaves behind unnamed fails the task.
+        A named package left half-installed at its pinned version is reinstalled at it (apt would see nothing to
+        install there); one half done at another version is returned in RV(moving), for the install that follows.
+        What is still unfinished after that, or half done and not named, fails the task.
     type: bool
     default: false
 author: gpufleet
@@ -156,6 +157,10 @@ class State:
         row = self.rows.get(name)
         return row[1] if row else "not-installed"
 
+    def reinstall_required(self, name: str) -> bool:
+        row = self.rows.get(name)
+        return row is not None and (row[1] == "half-installed" or row[2] == "reinstreq")
+
     def settled(self, name: str, version: str) -> bool:
         """Installed at ``version``, configured: nothing for apt to do."""
         return self.version(name) == version and self.status(name) == "installed" and self.rows[name][2] == "ok"
@@ -177,17 +182,28 @@ def describe(interrupted: dict[str, dict[str, object]]) -> str:
                      for n, v in sorted(interrupted.items())) or "dpkg's journal only"
 
 
-def recover(module: AnsibleModule, names: list[str], found: State) -> State:
-    """``dpkg --configure -a``, then a fresh read. What it cannot configure and no install of ours will reinstall
-    (not among ``names``) fails the task: apt would refuse every later install on the host."""
+def recover(module: AnsibleModule, names: list[str], pinned: dict[str, str] | None, found: State) -> State:
+    """``dpkg --configure -a``, then a fresh read. A named package still half-installed at its pinned version is
+    reinstalled at it here: apt sees nothing to install there and would configure what depends on it first, which
+    fails (the install that follows moves those at another version). What is still unfinished then, and what no
+    install of ours will reinstall (not among ``names``), fails the task: apt would refuse every later install."""
     rc, out, err = module.run_command(CONFIGURE_ALL, environ_update=DPKG_ENV)
     after = State(module)
-    stranded = {n: st for n, st in after.interrupted.items() if n not in names}
+    again = [n for n in names if pinned is not None and after.reinstall_required(n) and after.version(n) == pinned[n]]
+    if again:
+        rc, out, err = module.run_command(
+            ["apt-get", "install", "-y", "-q", "--reinstall", "--allow-change-held-packages", "--no-install-recommends",
+             "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+             "-o", "DPkg::Lock::Timeout=60", *(f"{n}={pinned[n]}" for n in again if pinned is not None)],
+            environ_update=DPKG_ENV)
+        after = State(module)
+    stranded = {n: st for n, st in after.interrupted.items() if n not in names or n in again}
     if stranded or after.journal:
         module.fail_json(
-            msg=f"dpkg_hold: `{' '.join(CONFIGURE_ALL)}` (rc {rc}) left {describe(stranded)} unfinished, "
-                f"which the packages of this task ({', '.join(names)}) do not cover. Fix: run it on the host, fix "
-                f"what it reports (`dpkg --audit`), then rerun. Its output: {(out + err).strip()[-1500:]}",
+            msg=f"dpkg_hold: `{' '.join(CONFIGURE_ALL)}`{' and a reinstall of ' + ', '.join(again) if again else ''} "
+                f"(rc {rc}) left {describe(stranded)} unfinished, which the install of this task's packages "
+                f"({', '.join(names)}) does not cover. Fix: run `dpkg --configure -a` on the host, fix what "
+                f"`dpkg --audit` reports, then rerun. Its output: {(out + err).strip()[-1500:]}",
             interrupted=found.interrupted, recovered=False)
     return after
 
@@ -213,7 +229,7 @@ def main() -> None:
     interrupted = state.interrupted
     recovering = bool(module.params["recover"]) and state.pending
     if recovering and not module.check_mode:
-        state = recover(module, names, state)
+        state = recover(module, names, pinned, state)
     selections = {n: state.selection(n) for n in names}
     installed = {n: state.version(n) for n in names}
     statuses = {n: state.status(n) for n in names}

@@ -101,8 +101,11 @@ def package_messages(stdout: str, diff: list[dict[str, Any]], state: PackageStat
         st = (state or {}).get(pkg)
         # apt leaves out [old] for a package dpkg knows only half (unpacked, half-installed): dpkg still has it.
         old = m.group("old") or (st.version if st is not None and st.installed else None)
-        # A package an interrupted dpkg run left half done is not installed at its old version: say what dpkg says.
-        how = f"{st.status} ({st.abbrev})" if st is not None and st.interrupted else "installed"
+        how = "installed"
+        if st is not None and st.interrupted:
+            # Left half done by an interrupted dpkg run: dpkg's version and state, not apt's (apt names the version
+            # it last saw configured, where dpkg has the new one unpacked).
+            old, how = st.version or old, f"{st.status} ({st.abbrev})"
         pairs.setdefault((old, how, m.group("new"), _hold_of(pkg, state)), []).append(pkg)
     out = []
     for (old, how, new, hold), pkgs in pairs.items():
