@@ -147,7 +147,7 @@ class Measurement:
     node_cpu_s: float | None
     #: Their idle background over the same wall time (rate measured before the N's measurements).
     node_idle_cpu_s: float | None
-    #: The stack's containerd shims and the runc processes they reaped (``docker exec``'s node-side start-up).
+    #: The stack's containerd shims (``docker exec``'s node-side plumbing).
     engine_shim_cpu_s: float | None
     #: dockerd + containerd (shared with every engineer's containers: only clean in a quiet window).
     engine_daemon_cpu_s: float | None
@@ -192,7 +192,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "",
         f"Machine: {m['cores']} cores, {m['memory_gib']:.1f} GiB memory, kernel {m['kernel']}, "
         f"docker {m['docker']}, cgroup v{m['cgroup_version']}, Python {m['python']}.",
-        "Harness: `python -m benchmarks.scale` (benchmarks/scale.py explains every column).",
+        "Harness: `python -m benchmarks.scale` (benchmarks/scale.py explains every column)."
+        + (" Sittings (UTC): " + ", ".join(f"{a} to {b}" for a, b in doc["sittings"]) + "."
+           if doc.get("sittings") else ""),
         "",
         "| checkout | commit | ansible-core |",
         "|---|---|---|",
@@ -294,10 +296,12 @@ def _proc_cpu_s(pid: str, *, children: bool) -> float:
 
 
 def engine_cpu_s() -> tuple[float, float]:
-    """(the local stack's containerd shims with the ``runc`` processes they reaped, dockerd + containerd).
+    """(the local stack's containerd shims, dockerd + containerd): CPU seconds so far.
 
     The container engine's work for ``docker exec`` is in neither the controller's nor the nodes' cgroups; the
-    daemons serve every engineer's containers, so their figure is only clean in a quiet window."""
+    daemons serve every engineer's containers, so their figure is only clean in a quiet window. The processes a
+    shim reaps are not counted: they are the exec'd commands themselves (in the node's cgroup already) and the
+    short ``runc`` calls, whose CPU outside the node's cgroup no figure holds."""
     ids = {cid for _, cid in stack_containers()}
     shims = daemons = 0.0
     for proc in Path("/proc").iterdir():
@@ -309,7 +313,7 @@ def engine_cpu_s() -> tuple[float, float]:
             if name.startswith("containerd-shim"):
                 args = [a.decode(errors="replace") for a in cmd]
                 if "-id" in args and args[args.index("-id") + 1] in ids:
-                    shims += _proc_cpu_s(proc.name, children=True)
+                    shims += _proc_cpu_s(proc.name, children=False)
             elif name in ("dockerd", "containerd"):
                 daemons += _proc_cpu_s(proc.name, children=False)
         except (OSError, IndexError, ValueError):
@@ -417,6 +421,7 @@ class Bench:
                                     "stack": STACK}
         self.cgroup = ControllerCgroup()
         self.idle_rate = 0.0
+        self.sitting_started = self.doc["started"]
 
     def say(self, msg: str) -> None:
         line = f"{datetime.now(UTC):%H:%M:%S} {msg}"
@@ -528,8 +533,7 @@ class Bench:
             rec = Path(tmp) / "events.jsonl"
             if record:
                 cmd += ["--record", str(rec)]
-            r, m = self.command(co, cmd, n=n, op="drift (recorded)" if record else "drift", hosts=hosts,
-                                ok_rc=(0, 2))
+            r, m = self.command(co, cmd, n=n, op="drift", hosts=hosts, ok_rc=(0, 2))
             assert m is not None
             counts = None
             if record and rec.exists():
@@ -591,41 +595,62 @@ class Bench:
                 counts = {host: TaskCount(ok + skipped + int(fields.get("failed", 0)), skipped, -1)}
             self.record(m, counts=counts, changed=changed, note=recap[-1].strip() if recap else "no recap")
 
+    def grow(self, co: Checkout, n: int, idx: int) -> None:
+        r, m = self.command(co, [str(co.bin / "gpufleet"), "up", "--stack", STACK, "--gpu-nodes", str(n)],
+                            n=n, op=f"up --gpu-nodes {n} ({'create' if idx == 0 else 'grow'} + converge)", hosts=n + 1)
+        assert m is not None
+        self.record(m, note=r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else "")
+        if r.returncode != 0:
+            self.doc["notes"].append(f"{co.label}: up --gpu-nodes {n} failed (rc {r.returncode})")
+            self.save()
+            raise SystemExit(f"up --gpu-nodes {n} failed")
+
     def run_checkout(self, co: Checkout, *, fresh: bool, driver_repeat: int, quiet_at: int | None,
-                     quiet_file: Path) -> None:
+                     quiet_file: Path, skip_remediation: Sequence[int] = (), make_up_runs: int = 0,
+                     reset: bool = True) -> None:
         self.doc["checkouts"].append(co.facts())
         self.save()
-        self.reset(co)
+        running = sum(1 for name, _ in stack_containers() if name.startswith(f"gpufleet-{STACK}-gpu-"))
+        if reset:
+            self.reset(co)
         for idx, n in enumerate(co.sizes):
-            hosts = n + 1
+            # The quiet window (--quiet-at) holds the whole size: growing the sandbox to it as well, since under
+            # other engineers' load that alone takes longer than the window.
             with quiet(quiet_file if quiet_at is not None and n >= quiet_at else None, self.say):
-                r, m = self.command(co, [str(co.bin / "gpufleet"), "up", "--stack", STACK, "--gpu-nodes", str(n)],
-                                    n=n, op=f"up --gpu-nodes {n} ({'create' if idx == 0 else 'grow'} + converge)",
-                                    hosts=hosts)
-                assert m is not None
-                self.record(m, note=r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else "")
-                if r.returncode != 0:
-                    self.doc["notes"].append(f"{co.label}: up --gpu-nodes {n} failed (rc {r.returncode}); "
-                                             "stopped this checkout")
-                    self.save()
-                    return
-                if idx == 0 and fresh:
-                    # The control node alone cannot converge (slurm waits for its compute nodes to register), so
-                    # one GPU node is made fresh again after the first `up`: its container and cached facts.
-                    self.recreate_node(co, "gpu-0", n)
-                    self.converge(co, n, "fresh converge of one GPU node (--limit gpu-0)", limit="gpu-0", hosts=1)
-                    self.converge(co, n, "no-op rerun of that node (--limit gpu-0)", limit="gpu-0", hosts=1)
-                    if driver_repeat:
-                        self.driver_role(co, "gpu-0", driver_repeat)
-                self.measure_idle(n)
-                self.converge(co, n, "no-op converge (site.yml)", hosts=hosts)
-                self.drift(co, n, hosts=hosts)
-                if idx == 0:
-                    self.drift(co, n, hosts=hosts, record=True)
-                self.remediation(co, n, hosts=hosts)
+                self.one_size(co, n, idx, fresh=fresh, driver_repeat=driver_repeat,
+                              grow=not (idx == 0 and not reset and running == n),
+                              remediate=n not in skip_remediation)
+            if idx == 0 and make_up_runs:
+                # Issue 11's no-op `make up` (the stack's own size: 2 GPU nodes): one converge, then the timed runs.
+                noop_up_runs(self, co, make_up_runs)
+
+    def one_size(self, co: Checkout, n: int, idx: int, *, fresh: bool, driver_repeat: int, grow: bool,
+                 remediate: bool) -> None:
+        hosts = n + 1
+        if grow:
+            self.grow(co, n, idx)
+        else:
+            self.say(f"[{co.label} N={n}] the stack runs {n} GPU nodes already (--no-reset): no `up`")
+        if idx == 0 and fresh:
+            # The control node alone cannot converge (slurm waits for its compute nodes to register), so
+            # one GPU node is made fresh again after the first `up`: its container and cached facts.
+            self.recreate_node(co, "gpu-0", n)
+            self.converge(co, n, "fresh converge of one GPU node (--limit gpu-0)", limit="gpu-0", hosts=1)
+            self.converge(co, n, "no-op rerun of that node (--limit gpu-0)", limit="gpu-0", hosts=1)
+            if driver_repeat:
+                self.driver_role(co, "gpu-0", driver_repeat)
+        self.measure_idle(n)
+        self.converge(co, n, "no-op converge (site.yml)", hosts=hosts)
+        # Recorded (``--record``): the per-host task counts come from its events; the recording's own cost
+        # (keeping and scrubbing the events) is in every checkout's figure alike.
+        self.drift(co, n, hosts=hosts, record=True)
+        if remediate:
+            self.remediation(co, n, hosts=hosts)
 
     def finish(self) -> None:
         self.doc["finished"] = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
+        if "sittings" in self.doc:
+            self.doc["sittings"].append([self.sitting_started, self.doc["finished"]])
         self.save()
         self.cgroup.remove()
 
@@ -652,16 +677,20 @@ def quiet(path: Path | None, say: Any) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------- no-op make up
 
 
+def noop_up_runs(bench: Bench, co: Checkout, runs: int) -> None:
+    for i in range(runs + 1):
+        op = "make up (first converge)" if i == 0 else f"no-op make up {i}"
+        r, m = bench.command(co, ["make", "up"], n=2, op=op, hosts=3)
+        assert m is not None
+        tail = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        bench.record(m, note=tail[:200])
+
+
 def noop_up(bench: Bench, checkouts: Sequence[Checkout], runs: int) -> None:
     for co in checkouts:
         bench.doc["checkouts"].append(co.facts())
         bench.reset(co)
-        for i in range(runs + 1):
-            op = "make up (first converge)" if i == 0 else f"no-op make up {i}"
-            r, m = bench.command(co, ["make", "up"], n=2, op=op, hosts=3)
-            assert m is not None
-            tail = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-            bench.record(m, note=tail[:200])
+        noop_up_runs(bench, co, runs)
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -677,6 +706,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--driver-repeat", type=int, default=3, help="nvidia_driver role no-op reruns (0: none)")
     run.add_argument("--quiet-at", type=int, default=None, help="create the QUIET file for N >= this")
     run.add_argument("--quiet-file", type=Path, default=Path("/work/QUIET"))
+    run.add_argument("--no-reset", dest="reset", action="store_false",
+                     help="keep the running sandbox (the first size's `up` is skipped when it runs that many nodes)")
+    run.add_argument("--make-up-runs", type=int, default=0,
+                     help="after the first size: `make up` once and this many timed no-op `make up` runs (issue 11)")
+    run.add_argument("--skip-remediation", default="", help="N,N,...: sizes measured without the remediation")
+    run.add_argument("--resume", action="store_true",
+                     help="append to the results at --out (another sitting of the same bench: say so in its notes)")
     run.add_argument("--out", type=Path, default=None, help="results path without suffix")
     up = sub.add_parser("noop-up", help="issue 11's no-op make up, per checkout")
     up.add_argument("--checkout", action="append", required=True, help="PATH=LABEL")
@@ -688,11 +724,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or RESULTS / (f"{stamp}-scale" if args.cmd == "run" else f"{stamp}-noop-make-up")
     out.parent.mkdir(parents=True, exist_ok=True)
     bench = Bench(out, out.with_suffix(".log"))
+    if getattr(args, "resume", False) and out.with_suffix(".json").exists():
+        previous = json.loads(out.with_suffix(".json").read_text())
+        for key in ("checkouts", "measurements", "idle_node_cpu", "node_memory_mib", "notes"):
+            bench.doc[key] = previous.get(key, []) + bench.doc[key]
+        bench.doc["started"] = previous["started"]
+        bench.doc["sittings"] = [*previous.get("sittings", [[previous["started"], previous.get("finished")]])]
     try:
         if args.cmd == "run":
             for co in checkouts:
                 bench.run_checkout(co, fresh=args.fresh, driver_repeat=args.driver_repeat, quiet_at=args.quiet_at,
-                                   quiet_file=args.quiet_file)
+                                   quiet_file=args.quiet_file,
+                                   skip_remediation=[int(x) for x in args.skip_remediation.split(",") if x],
+                                   make_up_runs=args.make_up_runs, reset=args.reset)
         else:
             noop_up(bench, checkouts, args.runs)
     finally:
