@@ -172,7 +172,9 @@ class Measurement:
             "node_cpu_per_host_s": (self.node_cpu_s / self.hosts
                                     if self.node_cpu_s is not None and self.hosts else None),
             "tasks_per_gpu_node": statistics.mean(c["tasks"] for c in gpu) if gpu else None,
-            "module_runs_per_gpu_node": statistics.mean(c["module_runs"] for c in gpu) if gpu else None,
+            # -1: not counted (a plain ansible-playbook run's recap has no module runs).
+            "module_runs_per_gpu_node": (statistics.mean(c["module_runs"] for c in gpu)
+                                         if gpu and all(c["module_runs"] >= 0 for c in gpu) else None),
             "wall_per_host_task_ms": 1000 * self.wall_s / (tasks / self.hosts) if tasks and self.hosts else None,
         }
 
