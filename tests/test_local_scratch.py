@@ -172,3 +172,29 @@ def test_module_existing_array_returns_its_lines() -> None:
     res = run_module({"lsblk_json_file": str(FIXTURES / "dgx-h100_8-u2-scratch-raid0-mounted.json")}, check=True)
     assert res["changed"] is False and res["present"] is True
     assert res["array_line"].endswith("UUID=9f0c4a2e:51b37d68:a4c23e1f:0b7d9a85")
+
+
+def test_module_apply_runs_the_plan_in_order_then_reads_the_uuids(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply: the commands run in the plan's order (stand-ins on PATH record them; the real ones need drives), then
+    lsblk is read again: here the mkfs stand-in swaps in the capture of the created array, as the drives would."""
+    log, lsblk = tmp_path / "ran.log", tmp_path / "lsblk.json"
+    lsblk.write_text((FIXTURES / "dgx-h100_8-empty-u2.json").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    after = FIXTURES / "dgx-h100_8-u2-scratch-raid0-mounted.json"
+    for tool, extra in (("wipefs", ""), ("mdadm", ""), ("udevadm", ""), ("mkfs.xfs", f"cp {after} {lsblk}\n")):
+        stub = bin_dir / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n{extra}')
+        stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    res = run_module({"lsblk_json_file": str(lsblk), "apply": True})
+    assert res["changed"] is True and res["present"] is True
+    assert log.read_text().splitlines() == [
+        "mdadm --create /dev/md/scratch --run --level=0 --metadata=1.2 --name=scratch --raid-devices=8 "
+        + " ".join(DATA),
+        "mkfs.xfs -L scratch /dev/md/scratch",
+        "udevadm settle",
+    ]
+    assert res["array_line"] == "ARRAY /dev/md/scratch metadata=1.2 UUID=9f0c4a2e:51b37d68:a4c23e1f:0b7d9a85"
+    assert res["fstab_src"] == "UUID=1d4e7f2a-6b3c-4e59-8a17-c0d2e3f4a5b6"
