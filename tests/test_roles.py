@@ -103,3 +103,19 @@ def test_break_and_restore_step_is_wired(scenario: Path) -> None:
         assert isinstance(changed, list) and changed and all(isinstance(t, str) for t in changed), (
             f"{breaks_file}: {b['name']}: changed must be a non-empty list of task names"
         )
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_side_effect_steps_have_a_playbook_of_their_own(scenario: Path) -> None:
+    """Molecule runs a `side_effect` step, with a playbook argument or without, only when the scenario has a
+    side_effect playbook of its own (provisioner.playbooks.side_effect, or side_effect.yml beside molecule.yml);
+    without one it reports "Missing playbook" and goes on: the break-and-restore step would silently not run."""
+    doc = _load(scenario / "molecule.yml")
+    assert isinstance(doc, dict)
+    seq: list[str] = doc["scenario"]["test_sequence"]
+    own = ((doc.get("provisioner") or {}).get("playbooks") or {}).get("side_effect")
+    steps = [s for s in seq if s.split(" ", 1)[0] == "side_effect"]
+    assert not steps or own or (scenario / "side_effect.yml").exists(), (
+        f"{scenario.name}: test_sequence has {steps} but no side_effect playbook of its own, so Molecule skips "
+        f"them; set provisioner.playbooks.side_effect (e.g. ../shared/restore.yml) in its molecule.yml"
+    )
