@@ -117,8 +117,14 @@ def test_sbatch_test_only_on_the_sandbox() -> None:
                         check=False)
     if up.stdout.strip() != "true":
         pytest.skip(f"sandbox control node {control} is not running")
+    # The GPU nodes this sandbox runs (its size is whatever `gpufleet up --gpu-nodes N` made it).
+    names = subprocess.run(["docker", "ps", "--filter", "name=^gpufleet-local-gpu-", "--format", "{{.Names}}"],
+                           capture_output=True, text=True, check=False).stdout.split()
+    nodes = sorted(n.removeprefix("gpufleet-local-") for n in names)
+    if len(nodes) < 2:
+        pytest.skip(f"the sandbox runs {len(nodes)} GPU node(s); the jobs need two")
     checks = check_sbatch({j.name: render_sbatch(j, BenchSettings(gpus_per_node=8, gpus_directive="none"))
-                           for j in plan_jobs(["gpu-0", "gpu-1"])}, sandbox_runner(control))
+                           for j in plan_jobs(nodes[:2])}, sandbox_runner(control))
     if checks[0].status == "skipped":
         pytest.skip(f"Slurm is not running on the sandbox: {checks[0].message}")
     assert [c.status for c in checks] == ["ok"] * 3, checks
