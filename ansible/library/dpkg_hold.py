@@ -162,8 +162,10 @@ class State:
         return row is not None and (row[1] == "half-installed" or row[2] == "reinstreq")
 
     def settled(self, name: str, version: str) -> bool:
-        """Installed at ``version``, configured: nothing for apt to do."""
-        return self.version(name) == version and self.status(name) == "installed" and self.rows[name][2] == "ok"
+        """Installed at ``version`` and configured (its triggers may still be pending: dpkg runs them on its own):
+        nothing for apt to do."""
+        return (self.version(name) == version and self.status(name) in ("installed", "triggers-pending")
+                and self.rows[name][2] == "ok")
 
     @property
     def interrupted(self) -> dict[str, dict[str, object]]:
