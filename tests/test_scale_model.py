@@ -123,6 +123,15 @@ def test_fit_op_from_a_bench_document() -> None:
         sm.fit_op(_doc(), "converge", checkout="before")
 
 
+def test_default_checkout_is_the_one_measured_at_the_largest_n() -> None:
+    doc = _doc()
+    doc["checkouts"].append({"label": "before-again", "commit": "b", "subject": "s", "ansible_core": "2.19",
+                             "forks": "50"})
+    doc["measurements"].append(_measurement(1, "no-op converge (site.yml)", 9, 9) | {"checkout": "before-again"})
+    assert sm.default_checkout(doc) == "after"
+    assert sm.fit_op(doc, "converge").controller_fixed_cpu_s == pytest.approx(6)
+
+
 def test_cli_scale_model_json(tmp_path: Path) -> None:
     bench = tmp_path / "x-scale.json"
     bench.write_text(json.dumps(_doc()))

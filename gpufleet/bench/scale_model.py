@@ -177,10 +177,10 @@ def _gpu_counts(m: Mapping[str, Any]) -> tuple[float, float]:
 
 def fit_op(doc: Mapping[str, Any], op: str, *, checkout: str | None = None,
            sizes: Sequence[int] | None = None) -> OpCost:
-    """``op`` ("converge" or "drift")'s costs from a scale bench document, for ``checkout`` (default: the last one
-    measured) over the measured N (or ``sizes``)."""
+    """``op`` ("converge" or "drift")'s costs from a scale bench document, for ``checkout`` (default:
+    :func:`default_checkout`) over the measured N (or ``sizes``)."""
     name = OPERATIONS[op]
-    label = checkout or doc["checkouts"][-1]["label"]
+    label = checkout or default_checkout(doc)
     ms = [m for m in doc["measurements"] if m["checkout"] == label and m["rc"] in (0, 2)
           and (sizes is None or m["n"] in sizes)]
     runs = [m for m in ms if m["op"] == name]
@@ -200,6 +200,17 @@ def fit_op(doc: Mapping[str, Any], op: str, *, checkout: str | None = None,
     return OpCost(name=name, tasks_per_host=tasks, module_runs_per_host=modules,
                   controller_fixed_cpu_s=ctrl[0], controller_cpu_per_host_task_s=ctrl[1] / tasks,
                   node_cpu_per_host_task_s=node[1] / tasks, engine_cpu_per_host_task_s=engine[1] / tasks)
+
+
+def default_checkout(doc: Mapping[str, Any]) -> str:
+    """The checkout measured at the largest N (the latest of those): a re-measured baseline at N = 1 only is not
+    what the model should scale from."""
+    labels = [str(c["label"]) for c in doc["checkouts"]]
+    if not labels:
+        raise ValueError("the document has no checkouts")
+    largest = {label: max((m["n"] for m in doc["measurements"] if m["checkout"] == label
+                           and m["op"] == OPERATIONS["converge"]), default=0) for label in labels}
+    return max(reversed(labels), key=lambda label: largest[label])
 
 
 def latest_bench(results: Path = RESULTS_DIR) -> Path:

@@ -40,7 +40,7 @@ def scale_model_command(
     bench: Annotated[Path | None, typer.Option(
         help="Scale bench results (default: the newest benchmarks/results/*-scale.json).")] = None,
     checkout: Annotated[str | None, typer.Option(
-        help="Which measured checkout's costs (default: the last one in the results).")] = None,
+        help="Which measured checkout's costs (default: the one measured at the largest N).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the inputs and predictions as JSON.")] = False,
 ) -> None:
     """Predict a no-op converge's and a drift check's wall time from the scale bench's measured costs."""
@@ -78,7 +78,7 @@ def scale_model_command(
             raise InputError.one("-", str(e), "pass --nodes, --forks and --slices >= 1, at most one slice per node",
                                  key="--nodes", value=n, kind="invalid option") from None
         predictions += [sm.predict(c, fleet).to_json() for c in costs]
-    data = {"bench": str(path), "checkout": checkout or doc["checkouts"][-1]["label"], "forks": f, "slices": slices,
+    data = {"bench": str(path), "checkout": checkout or sm.default_checkout(doc), "forks": f, "slices": slices,
             "controller_cores": controller_cores, "control_persist": control_persist, "shared_cores": shared_cores,
             "inputs": [c.__dict__ for c in costs], "predictions": predictions}
     if json_out:
