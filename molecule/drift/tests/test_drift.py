@@ -42,7 +42,8 @@ def test_only_the_driver_change_needed_a_drain(host):
     assert report["hosts"][CONTROL]["drifted"] is False
     result = json.loads((OUT / "remediate.json").read_text())
     outcomes = {o["host"]: o for o in result["remediation"]["outcomes"]}
-    assert outcomes[DRIVER_NODE] == {"host": DRIVER_NODE, "drained": True, "ok": True, "resumed": True, "message": ""}
+    assert outcomes[DRIVER_NODE] == {"host": DRIVER_NODE, "drained": True, "ok": True, "resumed": True, "message": "",
+                                     "notices": []}
     assert outcomes[SETTINGS_NODE]["drained"] is False and outcomes[SETTINGS_NODE]["ok"] is True
     # --batch 1: one host out of service at a time
     assert all(len(b) == 1 for b in result["remediation"]["batches"])
