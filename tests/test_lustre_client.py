@@ -7,9 +7,7 @@ changes nothing on a host is the Molecule scenario's side effect (molecule/lustr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import yaml
 from jinja2 import Environment
 
 from gpufleet import REPO_ROOT
+from tests.ansible_local import local_host, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +30,10 @@ SHARED = {**FS, "checkpoints": {"mount_path": "/lustre/datasets", "subdir": "/ch
 def _run(tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "out"
     out.mkdir()
-    inventory = {"all": {"hosts": {n: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                                       "gpufleet_networks": {"data_cidr": "127.0.0.0/8"}, **hv}
+    inventory = {"all": {"hosts": {n: local_host(**{"gpufleet_networks": {"data_cidr": "127.0.0.0/8"}, **hv})
                                    for n, hv in hosts.items()},
                          "vars": {"out_dir": str(out)}}}
-    inv = tmp_path / "inventory.json"
-    inv.write_text(json.dumps(inventory))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default"}
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-                          str(REPO_ROOT / "tests" / "playbooks" / "lustre_client.yml")],
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
-    return res, out
+    return run_playbook(tmp_path, "lustre_client.yml", inventory), out
 
 
 def _pool(fabric: str) -> dict[str, Any]:

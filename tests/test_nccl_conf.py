@@ -3,16 +3,14 @@ template) for hosts whose ``nvidia-smi topo -m`` is a real capture: NCCL_IB_HCA 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpufleet import REPO_ROOT
+from tests.ansible_local import local_host, run_playbook
 
 REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real" / "topo"
 pytestmark = [pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} is absent"), pytest.mark.slow]
@@ -34,17 +32,8 @@ def _render(tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> tuple[subproces
             smi.write_text(f"#!/bin/sh\n{body}\n")
             smi.chmod(0o755)
             hv["nccl_nvidia_smi"] = str(smi)
-    inventory = {"all": {"hosts": {n: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                                       **hv} for n, hv in hosts.items()},
-                         "vars": {"out_dir": str(out)}}}
-    inv = tmp_path / "inventory.json"
-    inv.write_text(json.dumps(inventory))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default"}
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-                          str(REPO_ROOT / "tests" / "playbooks" / "nccl_conf.yml")],
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
-    return res, out
+    inventory = {"all": {"hosts": {n: local_host(**hv) for n, hv in hosts.items()}, "vars": {"out_dir": str(out)}}}
+    return run_playbook(tmp_path, "nccl_conf.yml", inventory), out
 
 
 def _settings(text: str) -> dict[str, str]:

@@ -3,15 +3,12 @@ whose ``nvidia-smi topo -m`` is a real capture."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpufleet import REPO_ROOT
+from tests.ansible_local import local_host, run_playbook
 
 REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real" / "topo"
 pytestmark = [pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} is absent"), pytest.mark.slow]
@@ -26,17 +23,10 @@ def _render(tmp_path: Path, matrix: str, **group: object) -> dict[str, list[str]
     smi.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {"all": {"vars": {"out_dir": str(out), "slurm_nvidia_smi": str(smi), **group},
-                         "children": {"system": {"hosts": {"ctl": local}},
-                                      "gpu": {"hosts": {"gpu-0": local, "gpu-1": local}}}}}
-    inv = tmp_path / "inventory.json"
-    inv.write_text(json.dumps(inventory))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_CACHE_PLUGIN": "memory"}
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-                          str(REPO_ROOT / "tests" / "playbooks" / "slurm_gres.yml")],
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
+                         "children": {"system": {"hosts": {"ctl": local_host()}},
+                                      "gpu": {"hosts": {"gpu-0": local_host(), "gpu-1": local_host()}}}}}
+    res = run_playbook(tmp_path, "slurm_gres.yml", inventory)
     assert res.returncode == 0, res.stdout + res.stderr
     return {h: (out / f"{h}.conf").read_text().splitlines() for h in ("ctl", "gpu-0", "gpu-1")}
 
