@@ -54,14 +54,19 @@ class EfaInstaller(_Frozen):
     source: str = Field(pattern=r"^https://\S+$")
 
 
-class AwsCatalog(_Frozen):
-    instance_types: dict[str, InstanceType]
+class _PricedCatalog(_Frozen):
+    """A cloud's section with its on-demand price table (one row per machine type and region)."""
+
     prices: list[Price]
+
+    def price(self, machine_type: str, region: str) -> Price | None:
+        return next((p for p in self.prices if p.instance_type == machine_type and p.region == region), None)
+
+
+class AwsCatalog(_PricedCatalog):
+    instance_types: dict[str, InstanceType]
     fsx_lustre: FsxLustre
     efa_installer: EfaInstaller
-
-    def price(self, instance_type: str, region: str) -> Price | None:
-        return next((p for p in self.prices if p.instance_type == instance_type and p.region == region), None)
 
 
 class AzureVmSize(_Frozen):
@@ -116,14 +121,10 @@ class LustreClient(_Frozen):
     source: str = Field(pattern=r"^https://\S+$")
 
 
-class AzureCatalog(_Frozen):
+class AzureCatalog(_PricedCatalog):
     vm_sizes: dict[str, AzureVmSize]
-    prices: list[Price]
     managed_lustre: ManagedLustre
     lustre_client: LustreClient
-
-    def price(self, vm_size: str, region: str) -> Price | None:
-        return next((p for p in self.prices if p.instance_type == vm_size and p.region == region), None)
 
 
 def _section(path: Path, cloud: str, types_key: str) -> dict[str, Any]:
