@@ -153,7 +153,7 @@ class AwsCluster(pulumi.ComponentResource):
         self.cfg = cfg
         # The GPU Operator's driver/toolkit switches are cluster-wide (the lock): Ansible-managed GPU pools are
         # labelled out of them at registration, as the platform layer labels existing nodes.
-        self.operator_components = lock.driver_managed_by == "operator" or lock.toolkit_managed_by == "operator"
+        self.operator_components = lock.operator_components
         self.tags = {CLUSTER_TAG: spec.cluster_name}
         self.aws_provider = aws.Provider(f"{name}-aws", region=cfg.region, default_tags={"tags": self.tags},
                                          opts=pulumi.ResourceOptions(parent=self))

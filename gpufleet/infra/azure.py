@@ -192,7 +192,7 @@ class AzureCluster(pulumi.ComponentResource):
         self.spec = spec
         # The GPU Operator's driver/toolkit switches are cluster-wide (the lock): Ansible-managed GPU pools are
         # labelled out of them at registration, as the platform layer labels existing nodes.
-        self.operator_components = lock.driver_managed_by == "operator" or lock.toolkit_managed_by == "operator"
+        self.operator_components = lock.operator_components
         self.tags = {CLUSTER_TAG: spec.cluster_name}
         self.azure_provider = azure_native.Provider(f"{name}-azure", location=cfg.location,
                                                     opts=pulumi.ResourceOptions(parent=self))

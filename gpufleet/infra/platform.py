@@ -104,7 +104,7 @@ class PlaneSeparation(_Component):
                  provider: k8s.Provider, namespaces: Namespaces,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PlaneSeparation", name, provider, opts)
-        operator_components = lock.toolkit_managed_by == "operator" or lock.driver_managed_by == "operator"
+        operator_components = lock.operator_components
         first_system = next((h.name for p in backend.pools if p.pool.role == "system" for h in p.hosts), None)
         rbac: list[pulumi.Resource] = []
         for handle in backend.pools:

@@ -82,6 +82,13 @@ class Lock(ComponentVersions, _LockHead):
     #: Who installs the driver / container toolkit: our Ansible roles ("host") or the GPU Operator.
     driver_managed_by: Manager = "host"
     toolkit_managed_by: Manager = "host"
+
+    @property
+    def operator_components(self) -> bool:
+        """Whether the GPU Operator deploys the driver or the toolkit anywhere: its switches are cluster-wide, so
+        Ansible-managed GPU pools must then carry its opt-out labels."""
+        return self.driver_managed_by == "operator" or self.toolkit_managed_by == "operator"
+
     cuda_compat: Literal["strict", "minor-version"] = "strict"
     #: True when a pool's GPU sits on an NVSwitch board: fabric manager and NSCQ are installed there.
     fabric_manager_required: bool = False
