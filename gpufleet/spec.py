@@ -29,7 +29,8 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -188,12 +189,13 @@ PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 #: Image of a cloud pool, per backend. None carries an NVIDIA driver: the GPU Operator's driver container or
 #: Ansible installs the lock's. AWS: the EKS-optimized Amazon Linux 2023 AMI or your own AMI by id. Azure: the
 #: AKS node OS SKU Ubuntu2204 (the GPU Operator's driver container and the Azure Managed Lustre client both
-#: support Ubuntu 22.04). Google Cloud: the GKE node image UBUNTU_CONTAINERD (the GPU Operator does not run
-#: its driver container on Container-Optimized OS).
+#: support Ubuntu 22.04). Google Cloud: the GKE node image COS_CONTAINERD (Container-Optimized OS, the only image
+#: Google's GPUDirect stacks support: the driver then comes from Google's installer, host_management gke) or
+#: UBUNTU_CONTAINERD (where the GPU Operator's driver container can run).
 CLOUD_IMAGES = {
     "aws": r"^(eks-standard|ami-[0-9a-f]{8,17})$",
     "azure": r"^Ubuntu2204$",
-    "gcp": r"^UBUNTU_CONTAINERD$",
+    "gcp": r"^(COS_CONTAINERD|UBUNTU_CONTAINERD)$",
 }
 CLOUD_IMAGE = "^(" + "|".join(p.strip("^$") for p in CLOUD_IMAGES.values()) + ")$"
 #: A reservation a cloud pool consumes, per backend: an EC2 Capacity Reservation id, an Azure capacity
@@ -242,11 +244,15 @@ class NodePool(_Strict):
         default_factory=dict, **_doc("Extra Kubernetes node labels.", {"example.com/team": "ml"}))
     taints: list[Taint] = Field(default_factory=list, **_doc("Extra node taints.",
                                                              [{"key": "example.com/dedicated"}]))
-    fabric: Literal["infiniband", "roce", "efa", "none"] = Field(
-        "none", **_doc("GPU interconnect between nodes.", "infiniband"))
-    #: Who installs the NVIDIA stack on these hosts: our Ansible roles or the GPU Operator's containers.
-    host_management: Literal["ansible", "operator"] = Field(
-        "ansible", **_doc("Who installs the NVIDIA stack: the Ansible roles or the GPU Operator.", "ansible"))
+    fabric: Literal["infiniband", "roce", "efa", "gpudirect", "none"] = Field(
+        "none", **_doc("GPU interconnect between nodes (gpudirect: Google Cloud's GPUDirect networks of A3 "
+                       "machine types).", "infiniband"))
+    #: Who installs the NVIDIA stack on these hosts: our Ansible roles, the GPU Operator's containers, or (Google
+    #: Cloud's COS node pools) Google's driver installer with the GPU Operator's toolkit and device plugin.
+    host_management: Literal["ansible", "operator", "gke"] = Field(
+        "ansible", **_doc("Who installs the NVIDIA stack: the Ansible roles, the GPU Operator, or gke (Google "
+                          "Cloud: Google's COS driver installer, the driver follows the GKE node version; "
+                          "docs/clouds.md).", "ansible"))
     #: Power limit for every GPU of the pool, in the one power-limit grammar (gpufleet.module_utils.power_limit),
     #: stored in its canonical text (700 -> "700").
     power_limit: PowerLimitText | None = Field(None, **_doc(
@@ -256,7 +262,7 @@ class NodePool(_Strict):
     image: str | None = Field(None, pattern=CLOUD_IMAGE, **_doc(
         "Cloud pools: the machine image. AWS: eks-standard (the EKS Amazon Linux 2023 AMI without NVIDIA "
         "driver; default) or your AMI by id (ami-...). Azure: Ubuntu2204 (default). Google Cloud: "
-        "UBUNTU_CONTAINERD (default).", "eks-standard"))
+        "COS_CONTAINERD (default) or UBUNTU_CONTAINERD.", "eks-standard"))
     capacity: Capacity = Field(default_factory=Capacity, **_doc(
         "Cloud pools: on-demand, an On-Demand Capacity Reservation or a Capacity Block.",
         {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}))
@@ -500,6 +506,51 @@ class Azure(_Strict):
         return self
 
 
+class Gcp(_Strict):
+    """Settings of the gcp backend (stack key ``gpufleet:gcp``)."""
+
+    project: str = Field(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", **_doc("Google Cloud project id.",
+                                                                          "example-ml-project"))
+    region: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]$", **_doc("Region of the cluster's control plane.",
+                                                               "us-central1"))
+    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]-[a-z]$", **_doc(
+        "Zone of the nodes and the Managed Lustre instances (compact placement is zonal).", "us-central1-a"))
+    subnet_cidr: str = Field("10.40.0.0/20", **_doc("Nodes' subnet, /16 to /24.", "10.40.0.0/20"))
+    pods_cidr: str = Field("10.44.0.0/14", **_doc("Secondary range of the nodes' subnet for pods, /9 to /21.",
+                                                  "10.44.0.0/14"))
+    services_cidr: str = Field("10.40.16.0/20", **_doc("Secondary range for Services, /16 to /27.",
+                                                       "10.40.16.0/20"))
+    gpu_cidr: str = Field("192.168.0.0/16", **_doc(
+        "Range the GPU VPCs' subnets are cut from (one /24 per GPU NIC), /16 to /20.", "192.168.0.0/16"))
+    lustre_cidr: str = Field("10.48.0.0/20", **_doc(
+        "Private services access range Managed Lustre takes its addresses from, /16 to /24.", "10.48.0.0/20"))
+    master_cidr: str = Field("172.16.0.0/28", **_doc("The control plane's private /28.", "172.16.0.0/28"))
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = Field("REGULAR", **_doc(
+        "GKE release channel (it also decides the COS driver of GPU nodes).", "REGULAR"))
+    kubernetes_version: str | None = Field(None, pattern=r"^1\.\d{2}(\.\d+-gke\.\d+)?$", **_doc(
+        "Minimum control plane version (default: the channel's).", "1.34"))
+    private_endpoint: bool = Field(True, **_doc(
+        "API server on its private endpoint only (default); false also exposes the public one.", True))
+    authorized_networks: list[str] = Field(default_factory=list, **_doc(
+        "Addresses allowed to the API server (master authorized networks).", ["203.0.113.0/24"]))
+
+    @model_validator(mode="after")
+    def _check(self) -> Gcp:
+        if not self.zone.startswith(self.region + "-"):
+            raise ValueError(f"zone {self.zone} is not a zone of region {self.region}")
+        for value, low, high in ((self.subnet_cidr, 16, 24), (self.pods_cidr, 9, 21), (self.services_cidr, 16, 27),
+                                 (self.gpu_cidr, 16, 20), (self.lustre_cidr, 16, 24), (self.master_cidr, 28, 28)):
+            _network(value, low, high)
+        nets = [ipaddress.IPv4Network(c) for c in (self.subnet_cidr, self.pods_cidr, self.services_cidr,
+                                                   self.gpu_cidr, self.lustre_cidr, self.master_cidr)]
+        overlap = [f"{a} and {b}" for i, a in enumerate(nets) for b in nets[i + 1:] if a.overlaps(b)]
+        if overlap:
+            raise ValueError(f"address ranges overlap: {', '.join(overlap)}")
+        for cidr in self.authorized_networks:
+            _network(cidr, 0, 32)
+        return self
+
+
 #: Backends whose pools are cloud node groups (autoscaled, no fixed hosts).
 CLOUD_BACKENDS = ("aws", "gcp", "azure")
 
@@ -533,6 +584,9 @@ class ClusterSpec(_Strict):
                                          {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}))
     azure: Azure | None = Field(None, **_doc("Settings of the azure backend (required with backend azure).",
                                              {"location": "eastus", "zone": "1"}))
+    gcp: Gcp | None = Field(None, **_doc("Settings of the gcp backend (required with backend gcp).",
+                                         {"project": "example-ml-project", "region": "us-central1",
+                                          "zone": "us-central1-a"}))
     #: Kept for the lock rules' one-lock check; a stack file's unknown keys are refused before (load_spec).
     extra: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -579,6 +633,7 @@ _FIELDS = {
     "drift": "drift",
     "aws": "aws",
     "azure": "azure",
+    "gcp": "gcp",
 }
 _REVERSE = {v: k for k, v in _FIELDS.items()}
 
@@ -748,8 +803,6 @@ def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
                 bad(f"pools[{i}]", pool.name, "image and capacity are settings of cloud pools",
                     f"remove image/capacity from pool {pool.name}")
         return out
-    if spec.backend not in _CLOUD_CHECKS:  # a cloud without a backend yet: make_backend refuses it
-        return out
     if getattr(spec, spec.backend) is None:
         bad(spec.backend, None, f"the {spec.backend} backend needs its region and zones",
             f"add gpufleet:{spec.backend}: {{...}} (docs/stack-config.md, docs/clouds.md)")
@@ -768,7 +821,7 @@ def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
         if pool.capacity.type == "capacity-block" and spec.backend != "aws":
             bad(f"{key}.capacity.type", "capacity-block", "Capacity Blocks for ML are an AWS offering",
                 "use type reservation with the reservation to consume, or on-demand")
-    _CLOUD_CHECKS[spec.backend](spec, bad)
+    _catalog_problems(spec, bad)
     return out
 
 
@@ -787,92 +840,170 @@ def _check_pool_type(bad: Bad, key: str, pool: NodePool, itype: Any, catalog: st
     return True
 
 
-def _aws_problems(spec: ClusterSpec, bad: Bad) -> None:
+def _fsx_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
     from gpufleet.catalog.clouds import AWS
 
-    for i, pool in enumerate(spec.pools):
-        key = f"pools[{i}]"
-        itype = AWS.instance_types.get(pool.instance_type or "")
-        if not _check_pool_type(bad, key, pool, itype, "AWS", list(AWS.instance_types)) or itype is None:
-            continue
-        if pool.fabric in ("infiniband", "roce"):
-            bad(f"{key}.fabric", pool.fabric, "AWS instances have no InfiniBand/RoCE: their fabric is EFA",
-                "set fabric: efa (or none for a pool without inter-node GPU traffic)")
-        elif pool.fabric == "efa" and itype.efa_interfaces == 0:
-            bad(f"{key}.fabric", pool.fabric, f"{itype.name} has no EFA interface", "set fabric: none")
-    lustre = spec.storage.lustre
-    if lustre is not None:
-        if lustre.mgs_nids:
-            bad("storage.lustre.mgs_nids", lustre.mgs_nids, "the aws backend makes FSx for Lustre file systems "
-                "itself; their MGS address comes from them", "remove mgs_nids")
-        fsx = AWS.fsx_lustre
-        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
-            if vol.throughput_mbps_per_tib not in fsx.throughput_mbps_per_tib:
-                bad(f"storage.lustre.{name}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
-                    "FSx for Lustre PERSISTENT_2 offers these throughputs per TiB only",
-                    f"set one of {fsx.throughput_mbps_per_tib} ({fsx.source})")
-            if not fsx.capacity_ok(vol.capacity_gib):
-                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
-                    f"FSx for Lustre PERSISTENT_2 sizes are {fsx.capacity_gib_first} GiB or a multiple of "
-                    f"{fsx.capacity_gib_step} GiB", f"round to a multiple of {fsx.capacity_gib_step}")
+    fsx = AWS.fsx_lustre
+    if vol.throughput_mbps_per_tib not in fsx.throughput_mbps_per_tib:
+        bad(f"{key}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
+            "FSx for Lustre PERSISTENT_2 offers these throughputs per TiB only",
+            f"set one of {fsx.throughput_mbps_per_tib} ({fsx.source})")
+    if not fsx.capacity_ok(vol.capacity_gib):
+        bad(f"{key}.capacity_gib", vol.capacity_gib,
+            f"FSx for Lustre PERSISTENT_2 sizes are {fsx.capacity_gib_first} GiB or a multiple of "
+            f"{fsx.capacity_gib_step} GiB", f"round to a multiple of {fsx.capacity_gib_step}")
+
+
+def _amlfs_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
+    from gpufleet.catalog.clouds import AZURE
+
+    aml = AZURE.managed_lustre
+    tier = aml.tier(vol.throughput_mbps_per_tib)
+    if tier is None:
+        bad(f"{key}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
+            "Azure Managed Lustre offers these throughputs per TiB only",
+            f"set one of {[t.throughput_mbps_per_tib for t in aml.tiers]} ({aml.tiers_source})")
+        return
+    tib, rest = divmod(vol.capacity_gib, 1024)
+    if rest or not tier.capacity_ok(tib):
+        bad(f"{key}.capacity_gib", vol.capacity_gib,
+            f"{tier.sku} sizes are {tier.min_tib} to {tier.max_tib} TiB in steps of {tier.step_tib} TiB",
+            f"set a multiple of {tier.step_tib * 1024} GiB between {tier.min_tib * 1024} and "
+            f"{tier.max_tib * 1024} ({aml.tiers_source})")
+    elif aml.prefix_for(tib) is None:
+        bad(f"{key}.capacity_gib", vol.capacity_gib, "larger than Microsoft's subnet sizing table goes",
+            f"stay within {aml.subnet_prefix[-1].max_tib * 1024} GiB ({aml.network_source})")
+
+
+def _gcp_lustre_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
+    from gpufleet.catalog.clouds import GCP
+
+    ml = GCP.managed_lustre
+    tier = ml.tier(vol.throughput_mbps_per_tib)
+    if tier is None:
+        bad(f"{key}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
+            "Google Cloud Managed Lustre offers these throughputs per TiB only",
+            f"set one of {[t.throughput_mbps_per_tib for t in ml.tiers]} ({ml.tiers_source})")
+    elif not tier.capacity_ok(vol.capacity_gib):
+        bad(f"{key}.capacity_gib", vol.capacity_gib,
+            f"Managed Lustre at {tier.throughput_mbps_per_tib} MB/s per TiB takes {tier.min_gib} to "
+            f"{tier.max_gib} GiB in steps of {tier.step_gib} GiB",
+            f"set a multiple of {tier.step_gib} GiB between {tier.min_gib} and {tier.max_gib} ({ml.tiers_source})")
+    if vol.subdir != "/":
+        bad(f"{key}.subdir", vol.subdir, "GKE's Managed Lustre CSI driver mounts an instance's root",
+            "remove subdir (datasets and checkpoints are separate instances)")
+
+
+def _aws_extra(spec: ClusterSpec, bad: Bad) -> None:
     if (spec.aws is not None and spec.aws.ansible_connection == "ssm" and spec.aws.ssm_bucket is None
             and any(p.host_management == "ansible" for p in spec.pools)):
         bad("aws.ssm_bucket", None, "Ansible over SSM (amazon.aws.aws_ssm) stages files in an S3 bucket",
             "set gpufleet:aws.ssm_bucket, or ansible_connection: ssh")
 
 
-def _azure_problems(spec: ClusterSpec, bad: Bad) -> None:
-    from gpufleet.catalog.clouds import AZURE
-
+def _azure_extra(spec: ClusterSpec, bad: Bad) -> None:
     if not spec.system_pools:
         bad("pools", [p.name for p in spec.pools], "AKS needs a system pool (mode System) to create the cluster",
             "add a pool with role: system")
     for i, pool in enumerate(spec.pools):
-        key = f"pools[{i}]"
         if re.fullmatch(r"[a-z][a-z0-9]{0,11}", pool.name) is None:
-            bad(f"{key}.name", pool.name, "AKS names agent pools with 1-12 lower-case letters and digits, "
+            bad(f"pools[{i}].name", pool.name, "AKS names agent pools with 1-12 lower-case letters and digits, "
                 "starting with a letter", "rename the pool (e.g. ndv5, system)")
-        size = AZURE.vm_sizes.get(pool.instance_type or "")
-        if not _check_pool_type(bad, key, pool, size, "Azure", list(AZURE.vm_sizes)) or size is None:
-            continue
-        if pool.fabric in ("efa", "roce"):
-            bad(f"{key}.fabric", pool.fabric, "Azure ND VMs' fabric is InfiniBand",
-                "set fabric: infiniband (or none for a pool without inter-node GPU traffic)")
-        elif pool.fabric == "infiniband" and size.infiniband_hcas == 0:
-            bad(f"{key}.fabric", pool.fabric, f"{size.name} has no InfiniBand", "set fabric: none")
-    lustre = spec.storage.lustre
-    if lustre is not None:
-        if lustre.mgs_nids:
-            bad("storage.lustre.mgs_nids", lustre.mgs_nids, "the azure backend makes Azure Managed Lustre file "
-                "systems itself; their MGS address comes from them", "remove mgs_nids")
-        aml = AZURE.managed_lustre
-        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
-            tier = aml.tier(vol.throughput_mbps_per_tib)
-            if tier is None:
-                bad(f"storage.lustre.{name}.throughput_mbps_per_tib", vol.throughput_mbps_per_tib,
-                    "Azure Managed Lustre offers these throughputs per TiB only",
-                    f"set one of {[t.throughput_mbps_per_tib for t in aml.tiers]} ({aml.tiers_source})")
-                continue
-            tib, rest = divmod(vol.capacity_gib, 1024)
-            if rest or not tier.capacity_ok(tib):
-                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
-                    f"{tier.sku} sizes are {tier.min_tib} to {tier.max_tib} TiB in steps of {tier.step_tib} TiB",
-                    f"set a multiple of {tier.step_tib * 1024} GiB between {tier.min_tib * 1024} and "
-                    f"{tier.max_tib * 1024} ({aml.tiers_source})")
-            elif aml.prefix_for(tib) is None:
-                bad(f"storage.lustre.{name}.capacity_gib", vol.capacity_gib,
-                    "larger than Microsoft's subnet sizing table goes", f"stay within "
-                    f"{aml.subnet_prefix[-1].max_tib * 1024} GiB ({aml.network_source})")
     if (spec.azure is not None and spec.azure.ssh_public_key is None
             and any(p.host_management == "ansible" for p in spec.pools)):
         bad("azure.ssh_public_key", None, "Ansible reaches AKS nodes over SSH: AKS must put a public key on them",
             "set gpufleet:azure.ssh_public_key (an OpenSSH public key line)")
 
 
-_CLOUD_CHECKS: dict[str, Callable[[ClusterSpec, Bad], None]] = {
-    "aws": _aws_problems,
-    "azure": _azure_problems,
-}
+def _gcp_extra(spec: ClusterSpec, bad: Bad) -> None:
+    from gpufleet.catalog.clouds import GCP
+
+    if not spec.system_pools:
+        bad("pools", [p.name for p in spec.pools], "a GKE cluster needs a system pool (its system workloads "
+            "must not land on GPU nodes)", "add a pool with role: system")
+    for i, pool in enumerate(spec.pools):
+        flavour = GCP.flavour(pool.instance_type or "")
+        if (flavour is not None and pool.fabric == "gpudirect" and pool.image is not None
+                and pool.image != flavour.image):
+            bad(f"pools[{i}].image", pool.image, f"{flavour.label} on {pool.instance_type} runs on "
+                f"{flavour.image} node images only ({flavour.source})",
+                f"set image: {flavour.image} (or remove image)")
+        if pool.host_management == "ansible":
+            bad(f"pools[{i}].host_management", "ansible", "GKE node pools are not converged by Ansible here: "
+                "their image is Container-Optimized OS, read-only and without a package manager",
+                "set host_management: gke (GPUDirect machine types) or operator")
+    flavours = {GCP.machine_types[p.instance_type].gpudirect for p in spec.gpu_pools
+                if p.fabric == "gpudirect" and p.instance_type in GCP.machine_types}
+    if spec.gcp is not None and len(flavours) > 2 ** (20 - int(spec.gcp.gpu_cidr.split("/")[1])):
+        bad("gcp.gpu_cidr", spec.gcp.gpu_cidr, f"each GPUDirect flavour's subnets take a /20 of it; the stack has "
+            f"{len(flavours)} ({', '.join(sorted(flavours))})", "use a larger range (/16 holds 16)")
+    lustre = spec.storage.lustre
+    version = spec.gcp.kubernetes_version if spec.gcp is not None else None
+    if lustre is not None and version is not None and int(version.split(".")[1]) < 33:
+        bad("gcp.kubernetes_version", version, "Managed Lustre on Lustre's port 988 needs GKE nodes of "
+            f"1.33.2-gke.4655000 or later ({GCP.managed_lustre.network_source})", "set 1.34 or later, or remove it")
+    ubuntu = [p.name for p in spec.pools if p.image == "UBUNTU_CONTAINERD"
+              or (p.image is None and p.role == "gpu" and p.host_management == "operator")]
+    if lustre is not None and ubuntu:
+        bad("storage.lustre", "{...}", f"GKE's Managed Lustre CSI driver runs on COS nodes only; pools "
+            f"{', '.join(ubuntu)} are Ubuntu", "use host_management: gke (COS) for those pools, or no Lustre")
+    if lustre is not None and re.fullmatch(r"[A-Za-z0-9]{1,8}", lustre.fsname) is None:
+        bad("storage.lustre.fsname", lustre.fsname, "Managed Lustre file system names are 1-8 letters and digits",
+            "rename it (e.g. lustrefs)")
+
+
+@dataclass(frozen=True)
+class _CloudRules:
+    """What the stack validation checks of a cloud's pools and managed Lustre: the same shape for every cloud,
+    the facts from its catalog section (gpufleet/catalog/clouds.yaml)."""
+
+    #: The cloud's name in messages, and the catalog's machine types (name -> type with .gpu, .gpus).
+    name: str
+    types: Callable[[], Mapping[str, Any]]
+    #: The fabric value of this cloud's GPU pools, its name, and how many fabric interfaces a type has.
+    fabric: str
+    fabric_name: str
+    interfaces: Callable[[Any], int]
+    lustre_service: str
+    lustre_volume: Callable[[str, LustreVolume, Bad], None]
+    extra: Callable[[ClusterSpec, Bad], None]
+
+
+def _cloud_rules() -> dict[str, _CloudRules]:
+    from gpufleet.catalog.clouds import AWS, AZURE, GCP
+
+    return {
+        "aws": _CloudRules("AWS", lambda: AWS.instance_types, "efa", "EFA", lambda t: t.efa_interfaces,
+                           "FSx for Lustre", _fsx_volume, _aws_extra),
+        "azure": _CloudRules("Azure", lambda: AZURE.vm_sizes, "infiniband", "InfiniBand",
+                             lambda t: t.infiniband_hcas, "Azure Managed Lustre", _amlfs_volume, _azure_extra),
+        "gcp": _CloudRules("Google Cloud", lambda: GCP.machine_types, "gpudirect", "GPUDirect",
+                           lambda t: t.gpu_nics, "Google Cloud Managed Lustre", _gcp_lustre_volume, _gcp_extra),
+    }
+
+
+def _catalog_problems(spec: ClusterSpec, bad: Bad) -> None:
+    rules = _cloud_rules()[spec.backend]
+    types = rules.types()
+    for i, pool in enumerate(spec.pools):
+        key = f"pools[{i}]"
+        itype = types.get(pool.instance_type or "")
+        if not _check_pool_type(bad, key, pool, itype, rules.name, list(types)) or itype is None:
+            continue
+        if pool.fabric not in (rules.fabric, "none"):
+            bad(f"{key}.fabric", pool.fabric, f"{rules.name} GPU machine types have one fabric: their fabric is "
+                f"{rules.fabric_name}", f"set fabric: {rules.fabric} (or none for a pool without inter-node "
+                "GPU traffic)")
+        elif pool.fabric == rules.fabric and rules.interfaces(itype) == 0:
+            bad(f"{key}.fabric", pool.fabric, f"{itype.name} has no {rules.fabric_name}", "set fabric: none")
+    lustre = spec.storage.lustre
+    if lustre is not None:
+        if lustre.mgs_nids:
+            bad("storage.lustre.mgs_nids", lustre.mgs_nids, f"the {spec.backend} backend makes "
+                f"{rules.lustre_service} file systems itself; their MGS address comes from them", "remove mgs_nids")
+        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
+            rules.lustre_volume(f"storage.lustre.{name}", vol, bad)
+    rules.extra(spec, bad)
 
 
 def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:

@@ -28,7 +28,7 @@ POOL_LABEL = "gpufleet.io/pool"
 JOB = "kubernetes:batch/v1:Job"
 HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 PV = "kubernetes:core/v1:PersistentVolume"
-# Cloud node pools (their backends land in a later issue; the rules already apply to them).
+# Cloud node pools.
 EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 AKS_AGENT_POOL = "azure-native:containerservice:AgentPool"
@@ -149,11 +149,26 @@ def _infiniband_hcas() -> dict[str, int]:
     return {name: int(t["infiniband_hcas"]) for name, t in _catalog()["azure"]["vm_sizes"].items()}
 
 
+def _gpudirect_networks() -> dict[str, tuple[str, int]]:
+    """Machine type -> (GPUDirect flavour, extra networks a node pool attaches: GPU NICs and extra gVNICs)."""
+    return {name: (str(t["gpudirect"]), int(t["gpu_nics"]) + int(t.get("extra_gvnics", 0)))
+            for name, t in _catalog()["gcp"]["machine_types"].items()}
+
+
 def gpu_pool_has_its_fabric(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """A GPU pool attaches every fabric interface its machine type supports (EFA on AWS; on Azure the ND sizes'
-    InfiniBand, which the platform layer's RDMA device plugin exposes on pools labelled for it): without them
-    NCCL falls back to TCP sockets and multi-node training runs at a fraction of its bandwidth."""
+    InfiniBand, which the platform layer's RDMA device plugin exposes on pools labelled for it; on Google Cloud
+    one additional node network per GPUDirect NIC): without them NCCL falls back to TCP sockets over one NIC and
+    multi-node training runs at a fraction of its bandwidth."""
     if pool_role(resource_type, props) != "gpu":
+        return []
+    if resource_type == GKE_NODE_POOL:
+        mtype = str(_get(props, "nodeConfig", "machineType") or "")
+        flavour, want = _gpudirect_networks().get(mtype, ("none", 0))
+        have = len(_get(props, "networkConfig", "additionalNodeNetworkConfigs") or [])
+        if have < want:
+            return [f"{mtype} has {want} GPUDirect networks ({flavour}), the GPU node pool attaches {have}; set "
+                    "the pool's fabric: gpudirect"]
         return []
     if resource_type == AKS_AGENT_POOL:
         size = str(props.get("vmSize") or "")

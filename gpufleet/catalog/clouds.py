@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -127,6 +127,91 @@ class AzureCatalog(_PricedCatalog):
     lustre_client: LustreClient
 
 
+class GcpMachineType(_Frozen):
+    name: str
+    #: GKE's accelerator type of the machine's GPUs (node pool guest accelerator); None for CPU types.
+    accelerator: str | None = None
+    gpu: str | None
+    gpus: int = Field(ge=0)
+    #: Google's GPUDirect flavour of the type (a key of ``GcpCatalog.gpudirect``); none for CPU types.
+    gpudirect: Literal["tcpx", "tcpxo", "rdma", "none"]
+    #: NICs that carry GPU-to-GPU traffic, beyond the primary gVNIC: TCPX/TCPXO one VPC each, RDMA one
+    #: RoCE VPC with a subnet each.
+    gpu_nics: int = Field(ge=0)
+    #: Further gVNICs beside the primary (each in its own VPC); a3-ultragpu-8g has one.
+    extra_gvnics: int = Field(0, ge=0)
+    #: Boot disk type where the GKE default (pd-balanced) is not offered (N4: Hyperdisk only).
+    boot_disk: str | None = None
+    source: str = Field(pattern=r"^https://\S+$")
+
+
+#: A manifest URL pinned to a commit of its repository (never a branch: what runs must not move).
+PINNED_MANIFEST = r"^https://raw\.githubusercontent\.com/[\w.-]+/[\w.-]+/[0-9a-f]{40}/\S+\.yaml$"
+PinnedManifest = Annotated[str, Field(pattern=PINNED_MANIFEST)]
+
+
+class GpuDirect(_Frozen):
+    """What Google's GPUDirect stack of one flavour needs of the nodes and the networks."""
+
+    label: str
+    #: GKE node image the flavour is supported on, and who installs the NVIDIA driver there.
+    image: Literal["COS_CONTAINERD", "UBUNTU_CONTAINERD"]
+    driver: Literal["gke", "operator"]
+    #: MTU of the GPU VPCs; None: the network profile decides.
+    mtu: int | None = Field(ge=1300, le=8896)
+    #: GKENetworkParamSet deviceMode of the GPU networks.
+    device_mode: Literal["NetDevice", "RDMA"]
+    #: Network profile of the RDMA VPC (``{zone}`` is the pool's zone); None: a plain VPC per NIC.
+    network_profile: str | None = None
+    #: Google's DaemonSet manifests of the flavour (NCCL plugin installer, TCPXO's NRI device injector), by commit.
+    installers: list[PinnedManifest] = Field(default_factory=list)
+    source: str = Field(pattern=r"^https://\S+$")
+
+
+class CosDriverInstaller(_Frozen):
+    manifest: str = Field(pattern=PINNED_MANIFEST)
+    #: Where it puts the driver on the node (the GPU Operator's hostPaths.driverInstallDir and toolkit.installDir).
+    install_dir: str
+    source: str = Field(pattern=r"^https://\S+$")
+
+
+class GcpLustreTier(_Frozen):
+    throughput_mbps_per_tib: int
+    min_gib: int = Field(gt=0)
+    step_gib: int = Field(gt=0)
+    max_gib: int = Field(gt=0)
+
+    def capacity_ok(self, gib: int) -> bool:
+        return self.min_gib <= gib <= self.max_gib and gib % self.step_gib == 0
+
+
+class GcpManagedLustre(_Frozen):
+    tiers: list[GcpLustreTier]
+    tiers_source: str = Field(pattern=r"^https://\S+$")
+    #: The GKE Managed Lustre CSI driver (a GKE add-on) and its PV format's source.
+    csi_driver: str
+    csi_source: str = Field(pattern=r"^https://\S+$")
+    ports: list[int]
+    network_source: str = Field(pattern=r"^https://\S+$")
+    vpc_mtu: int = Field(ge=1300, le=8896)
+    vpc_mtu_source: str = Field(pattern=r"^https://\S+$")
+
+    def tier(self, throughput: int | None) -> GcpLustreTier | None:
+        return next((t for t in self.tiers if t.throughput_mbps_per_tib == throughput), None)
+
+
+class GcpCatalog(_PricedCatalog):
+    machine_types: dict[str, GcpMachineType]
+    gpudirect: dict[str, GpuDirect]
+    cos_driver_installer: CosDriverInstaller
+    managed_lustre: GcpManagedLustre
+
+    def flavour(self, machine_type: str) -> GpuDirect | None:
+        """The GPUDirect flavour of a machine type (None: unknown type or none)."""
+        mt = self.machine_types.get(machine_type)
+        return None if mt is None else self.gpudirect.get(mt.gpudirect)
+
+
 def _section(path: Path, cloud: str, types_key: str) -> dict[str, Any]:
     raw: dict[str, Any] = yaml.safe_load(path.read_text())[cloud]
     raw[types_key] = {k: {"name": k, **v} for k, v in raw[types_key].items()}
@@ -141,5 +226,10 @@ def load_azure(path: Path = DATA_FILE) -> AzureCatalog:
     return AzureCatalog.model_validate(_section(path, "azure", "vm_sizes"))
 
 
+def load_gcp(path: Path = DATA_FILE) -> GcpCatalog:
+    return GcpCatalog.model_validate(_section(path, "gcp", "machine_types"))
+
+
 AWS: AwsCatalog = load_aws()
 AZURE: AzureCatalog = load_azure()
+GCP: GcpCatalog = load_gcp()

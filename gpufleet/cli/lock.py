@@ -11,7 +11,7 @@ from rich.table import Table
 
 from gpufleet.cli.contract import contract, print_json
 from gpufleet.inventory import inventory_dir
-from gpufleet.lock import VERSION_KEYS, Lock, load_lock, write_group_vars
+from gpufleet.lock import VERSION_KEYS, Lock, load_lock, pool_driver, write_group_vars
 from gpufleet.lock.digest import DIGEST_FILE
 from gpufleet.lock.model import FOLLOW_DRIVER
 from gpufleet.spec import ClusterSpec
@@ -54,6 +54,9 @@ def show(stack: StackOpt,
         table.add_row(key, "-" if value is None else str(value), _origin(spec, key))
     table.add_row("driver_managed_by", lock.driver_managed_by, "pools' host_management")
     table.add_row("toolkit_managed_by", lock.toolkit_managed_by, "pools' host_management")
+    for pool in spec.gpu_pools:
+        if pool.host_management == "gke":  # the one mode where the running driver is not the lock's
+            table.add_row(f"driver on pool {pool.name}", pool_driver(lock, pool.host_management), "host_management")
     table.add_row("cuda_compat", lock.cuda_compat, "gpufleet:lock.cuda_compat")
     fm_required = str(lock.fabric_manager_required).lower()
     table.add_row("fabric_manager_required", fm_required, "pools' GPUs (NVSwitch)")

@@ -14,6 +14,7 @@ from rich.tree import Tree
 
 from gpufleet.cli.contract import contract, dumps
 from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
+from gpufleet.lock import Lock
 from gpufleet.spec import CLOUD_BACKENDS, ClusterSpec
 
 app = typer.Typer(add_completion=False)
@@ -52,13 +53,14 @@ def key_inputs(res: PlannedResource) -> dict[str, Any]:
     return {}
 
 
-def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str]) -> dict[str, Any]:
+def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str],
+              lock: Lock | None = None) -> dict[str, Any]:
     releases = {r.inputs.get("chart"): r.inputs.get("values")
                 for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
     from gpufleet.infra.cloud_summary import cloud_summary
 
     return {
-        "cloud": cloud_summary(spec),
+        "cloud": cloud_summary(spec, lock),
         "monitoring": monitoring_summary(spec, plan),
         "note": DISCLAIMER,
         "stack": spec.stack,
@@ -133,6 +135,9 @@ def _print_cloud(console: Console, cloud: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"cluster total: [bold]{cloud['total_usd_per_hour']:.2f} USD/h[/] ({cloud['cost_note']})")
     for p in cloud["pools"]:
+        if p.get("driver"):
+            console.print(f"  {p['pool']} driver: {p['driver']}", markup=False, highlight=False)
+    for p in cloud["pools"]:
         if p.get("price_source"):
             console.print(f"  {p['instance_type']}: {p['usd_per_hour_each']} USD/h in {p['price_region']} "
                           f"as of {p['price_date']}, {p['price_source']}", markup=False, highlight=False)
@@ -188,7 +193,7 @@ def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stack
     result = evaluate(spec, lock)
     inventory = render_inventory(spec, lock, result.outputs if spec.backend != "local"
                                  else {"inventory": sandbox_inventory_source(spec)})
-    data = plan_data(spec, result, inventory)
+    data = plan_data(spec, result, inventory, lock)
     if as_json:
         typer.echo(dumps(data))
     else:

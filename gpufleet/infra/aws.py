@@ -32,14 +32,19 @@ import pulumi_kubernetes as k8s
 from gpufleet.catalog.clouds import AWS
 from gpufleet.infra import charts
 from gpufleet.infra.contract import BackendHandles, PoolHandle
-from gpufleet.infra.scheduling import POOL_LABEL, ROLE_LABEL, gpu_node_tolerations, node_labels, node_taints
+from gpufleet.infra.scheduling import (
+    FABRIC_LABEL,
+    POOL_LABEL,
+    ROLE_LABEL,
+    gpu_node_tolerations,
+    node_labels,
+    node_taints,
+)
 from gpufleet.lock import Lock
 from gpufleet.spec import Aws, ClusterSpec, NodePool
 
 #: Tag naming the cluster on every resource and instance (the dynamic inventory filters on it).
 CLUSTER_TAG = "gpufleet.io/cluster"
-#: Node label of pools with EFA attached: the EFA device plugin's nodeSelector.
-FABRIC_LABEL = "gpufleet.io/fabric"
 #: EKS spells taint effects in its API's enum.
 EKS_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 #: EKS-optimized AMI types (no NVIDIA driver on it: the lock's driver comes from the GPU Operator or Ansible).

@@ -36,15 +36,13 @@ from pulumi_azure_native import authorization, containerservice, managedidentity
 
 from gpufleet.catalog.clouds import AZURE
 from gpufleet.infra.contract import BackendHandles, PoolHandle
-from gpufleet.infra.scheduling import gpu_node_tolerations, node_labels, node_taints, taint_spec
+from gpufleet.infra.scheduling import FABRIC_LABEL, gpu_node_tolerations, node_labels, node_taints, taint_spec
 from gpufleet.inventory.writer import AZURE_CLUSTER_TAG, AZURE_NODE_GROUP, AZURE_POOL_TAG, AZURE_ROLE_TAG
 from gpufleet.lock import Lock
 from gpufleet.spec import Azure, ClusterSpec, NodePool
 
 # Tags name the cluster, pool and role on every VM scale set; the dynamic inventory filters on them.
 CLUSTER_TAG, POOL_TAG, ROLE_TAG = AZURE_CLUSTER_TAG, AZURE_POOL_TAG, AZURE_ROLE_TAG
-#: Node label of pools on InfiniBand (the label the AWS backend sets for EFA, one key for every fabric).
-FABRIC_LABEL = "gpufleet.io/fabric"
 #: Built-in role "Network Contributor": the cluster identity joins nodes to our subnet and uses our NAT gateway
 #: (https://learn.microsoft.com/en-us/azure/role-based-access-control/built-in-roles/networking#network-contributor).
 NETWORK_CONTRIBUTOR = "4d97b98b-1d4f-4787-a291-c67834d212e7"

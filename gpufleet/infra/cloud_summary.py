@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.catalog.clouds import AWS, AZURE, Price
+from gpufleet.catalog.clouds import AWS, AZURE, GCP, Price
+from gpufleet.lock import Lock, pool_driver
 from gpufleet.spec import ClusterSpec, NodePool
 
 #: What each cloud's fabric and managed Lustre are called (plan output, docs/clouds.md).
 SERVICES = {"aws": {"fabric": "EFA", "lustre_service": "FSx for Lustre"},
-            "azure": {"fabric": "InfiniBand", "lustre_service": "Azure Managed Lustre"}}
+            "azure": {"fabric": "InfiniBand", "lustre_service": "Azure Managed Lustre"},
+            "gcp": {"fabric": "GPUDirect", "lustre_service": "Google Cloud Managed Lustre"}}
 
 
 def _aws_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price | None] | None:
@@ -48,18 +50,39 @@ def _azure_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Pric
     }, AZURE.price(size.name, spec.azure.location)
 
 
-_POOLS = {"aws": _aws_pool, "azure": _azure_pool}
+def _gcp_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price | None] | None:
+    assert spec.gcp is not None
+    mt = GCP.machine_types.get(pool.instance_type or "")
+    if mt is None:
+        return None
+    flavour = GCP.flavour(mt.name) if pool.fabric == "gpudirect" else None
+    nics = f"{mt.gpu_nics} GPU NICs" + (f" + {mt.extra_gvnics} gVNIC" if mt.extra_gvnics else "")
+    zone = spec.gcp.zone
+    placement = (f"compact placement, {zone}" if pool.capacity.type == "on-demand"
+                 else f"reservation {pool.capacity.reservation_id}, {zone}")
+    return {
+        "instance_type": mt.name, "gpus_per_node": mt.gpus, "gpu": mt.gpu,
+        "fabric": f"{flavour.label}, {nics}" if flavour is not None else "none",
+        "placement": placement if pool.role == "gpu" else zone,
+        "instance_source": mt.source,
+    }, GCP.price(mt.name, spec.gcp.region)
+
+
+_POOLS = {"aws": _aws_pool, "azure": _azure_pool, "gcp": _gcp_pool}
 
 
 def _region(spec: ClusterSpec) -> str:
     if spec.aws is not None:
         return spec.aws.region
+    if spec.gcp is not None:
+        return spec.gcp.region
     assert spec.azure is not None
     return spec.azure.location
 
 
-def cloud_summary(spec: ClusterSpec) -> dict[str, Any]:
-    """Empty for non-cloud backends (and clouds without a backend)."""
+def cloud_summary(spec: ClusterSpec, lock: Lock | None = None) -> dict[str, Any]:
+    """Empty for non-cloud backends (and clouds without a backend). With the stack's lock, each GPU pool says who
+    installs its driver and which version runs (``gpufleet.lock.pool_driver``)."""
     if spec.backend not in _POOLS or getattr(spec, spec.backend) is None:
         return {}
     region = _region(spec)
@@ -82,6 +105,8 @@ def cloud_summary(spec: ClusterSpec) -> dict[str, Any]:
             "host_management": pool.host_management,
             "instance_source": facts["instance_source"],
         }
+        if lock is not None and pool.role == "gpu":
+            entry["driver"] = pool_driver(lock, pool.host_management)
         if price is None:
             missing.append(facts["instance_type"])
             entry.update(usd_per_hour_each=None, usd_per_hour=None)

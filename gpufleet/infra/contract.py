@@ -40,3 +40,7 @@ class BackendHandles:
     #: Lustre volumes a backend made itself (``datasets``/``checkpoints`` -> the PV volumeHandle
     #: ``<mgs nid>:/<fsname><subdir>``, known once the file systems exist); empty: the stack's mgs_nids.
     lustre_volume_handles: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    #: The CSI driver of those volumes when the cloud runs its own (GKE's Managed Lustre add-on), with each
+    #: volume's ``volumeAttributes`` in that driver's PV format; None: the platform layer's Lustre CSI chart.
+    lustre_csi_driver: str | None = None
+    lustre_volume_attributes: Mapping[str, Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)

@@ -139,6 +139,18 @@ def counters_configmap(csv: str, ns: str) -> dict[str, Any]:
             "data": {COUNTERS_KEY: csv}}
 
 
+def critical_pods_quota(ns: str) -> dict[str, Any]:
+    """GKE admits system-node-critical/system-cluster-critical pods outside kube-system only within a
+    ResourceQuota for those priority classes (the GPU Operator's daemonsets use system-node-critical; NVIDIA's
+    GKE page creates the same quota)."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "critical-pods", "namespace": ns, "labels": dict(MANAGED_BY)},
+            "spec": {"hard": {"pods": "100"},
+                     "scopeSelector": {"matchExpressions": [{
+                         "operator": "In", "scopeName": "PriorityClass",
+                         "values": ["system-node-critical", "system-cluster-critical"]}]}}}
+
+
 def lustre_volume_handle(lustre: Lustre, volume: LustreVolume) -> str:
     """Mount source of a Lustre (sub)directory: ``<mgs nid>[:<failover nid>]:/<fsname>[/subdir]``."""
     subdir = volume.subdir.rstrip("/")
@@ -153,10 +165,13 @@ def lustre_storage_class() -> dict[str, Any]:
             "volumeBindingMode": "Immediate"}
 
 
-def lustre_volumes(spec: ClusterSpec, handles: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def lustre_volumes(spec: ClusterSpec, handles: Mapping[str, Any] | None = None, *, driver: str | None = None,
+                   attributes: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A PersistentVolume and a claim per workload namespace for datasets (read-only) and checkpoints.
 
-    ``handles``: volumeHandles a backend made (FSx for Lustre), by kind; otherwise from the stack's mgs_nids."""
+    ``handles``: volumeHandles a backend made (FSx for Lustre), by kind; otherwise from the stack's mgs_nids.
+    ``driver``/``attributes``: a cloud's own Lustre CSI driver and each volume's volumeAttributes in its format
+    (GKE's Managed Lustre driver); otherwise the platform's driver (charts.LUSTRE_CSI_DRIVER)."""
     lustre = spec.storage.lustre
     if lustre is None:
         return []
@@ -175,16 +190,25 @@ def lustre_volumes(spec: ClusterSpec, handles: Mapping[str, Any] | None = None) 
                                  "persistentVolumeReclaimPolicy": "Retain",
                                  "storageClassName": LUSTRE_STORAGE_CLASS,
                                  "claimRef": {"kind": "PersistentVolumeClaim", "name": kind, "namespace": ns},
-                                 "csi": {"driver": charts.LUSTRE_CSI_DRIVER, "fsType": "lustre",
-                                         "readOnly": read_only,
-                                         "volumeHandle": (handles or {}).get(kind)
-                                         or lustre_volume_handle(lustre, volume)}}})
+                                 "csi": _lustre_csi(kind, read_only, (handles or {}).get(kind)
+                                                    or lustre_volume_handle(lustre, volume),
+                                                    driver, (attributes or {}).get(kind))}})
             out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": kind, "namespace": ns, "labels": labels},
                         "spec": {"accessModes": [mode], "storageClassName": LUSTRE_STORAGE_CLASS,
                                  "volumeName": pv_name,
                                  "resources": {"requests": {"storage": f"{volume.capacity_gib}Gi"}}}})
     return out
+
+
+def _lustre_csi(kind: str, read_only: bool, handle: Any, driver: str | None,
+                attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    if driver is None:
+        return {"driver": charts.LUSTRE_CSI_DRIVER, "fsType": "lustre", "readOnly": read_only, "volumeHandle": handle}
+    csi: dict[str, Any] = {"driver": driver, "readOnly": read_only, "volumeHandle": handle}
+    if attributes:
+        csi["volumeAttributes"] = dict(attributes)
+    return csi
 
 
 def lustre_node_tolerations_patch(spec: ClusterSpec) -> dict[str, Any]:

@@ -105,6 +105,17 @@ COMPUTED: dict[str, Any] = {
     "azure-native:managedidentity:UserAssignedIdentity": lambda n, i: {"principalId": f"{n}-principal"},
     "azure-native:storagecache:AmlFilesystem": lambda n, i: {
         "clientInfo": {"mgsAddress": f"{n}.mgs.offline.invalid"}},
+    # Google Cloud: the GKE endpoints and CA, the node service account's address, the Lustre mount point.
+    "gcp:container/cluster:Cluster": lambda n, i: {
+        "endpoint": f"{n}.gke.offline.invalid",
+        "privateClusterConfig": {**(i.get("privateClusterConfig") or {}), "privateEndpoint": "172.16.0.2"},
+        "masterAuth": {"clusterCaCertificate": "offline-ca"}},
+    "gcp:serviceaccount/account:Account": lambda n, i: {
+        "email": f"{i.get('accountId')}@offline.iam.gserviceaccount.com"},
+    "gcp:lustre/instance:Instance": lambda n, i: {
+        "mountPoint": f"{n}.lustre.offline.invalid@tcp:/{i.get('filesystem')}"},
+    "gcp:compute/globalAddress:GlobalAddress": lambda n, i: {"name": i.get("name") or n},
+    "gcp:compute/router:Router": lambda n, i: {"name": i.get("name") or n},
 }
 #: Results of provider functions the program calls, as placeholders (a kubeconfig is a secret either way).
 CALLS: dict[str, Any] = {

@@ -14,7 +14,7 @@ Install order is explicit: every consumer of a CRD ``depends_on`` the release th
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -31,6 +31,7 @@ _KINDS: dict[tuple[str, bool], Any] = {
     ("Namespace", False): k8s.core.v1.Namespace,
     ("Namespace", True): k8s.core.v1.NamespacePatch,
     ("ConfigMap", False): k8s.core.v1.ConfigMap,
+    ("ResourceQuota", False): k8s.core.v1.ResourceQuota,
     ("ServiceAccount", False): k8s.core.v1.ServiceAccount,
     ("PriorityClass", False): k8s.scheduling.v1.PriorityClass,
     ("NetworkPolicy", False): k8s.networking.v1.NetworkPolicy,
@@ -163,7 +164,9 @@ class GpuOperator(_Component):
         deps: list[pulumi.Resource] = [*namespaces.namespaces, *monitoring.crds]
         if csv is not None:
             deps.append(apply(manifests.counters_configmap(csv, chart.namespace), self.child(namespaces.namespaces)))
-        elif dcgm_exporter:
+        if spec.backend == "gcp":
+            deps.append(apply(manifests.critical_pods_quota(chart.namespace), self.child(namespaces.namespaces)))
+        if csv is None and dcgm_exporter:
             pulumi.log.warn(f"{values.COUNTERS_FILE} is missing: dcgm-exporter keeps its built-in counters")
         self.values = values.gpu_operator_values(spec, lock, with_counters=csv is not None,
                                                  dcgm_exporter=dcgm_exporter)
@@ -204,20 +207,30 @@ class NetworkOperator(_Component):
 
 
 class LustreStorage(_Component):
+    """The Lustre CSI driver (the platform's chart, unless the backend's cloud runs its own: ``backend``'s
+    ``lustre_csi_driver``), the StorageClass and the datasets/checkpoints volumes of every workload namespace."""
+
     def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider,
                  namespaces: Namespaces, opts: pulumi.ResourceOptions | None = None,
-                 volume_handles: Mapping[str, pulumi.Input[str]] | None = None) -> None:
+                 backend: BackendHandles | None = None) -> None:
         super().__init__("LustreStorage", name, provider, opts)
-        chart = charts.lustre_csi(lock)
-        # The chart creates lustre-csi-system itself, so its release record lives in kube-system and the
-        # namespace gets its Pod Security labels by a patch once the chart made it.
-        self.release = _release(chart, {}, self.child(), namespace="kube-system")
-        apply(manifests.lustre_namespace_patch(), self.child([self.release]), patch=True)
-        apply(manifests.lustre_node_tolerations_patch(spec), self.child([self.release]), patch=True)
+        driver = backend.lustre_csi_driver if backend is not None else None
+        self.release: k8s.helm.v3.Release | None = None
+        outputs: dict[str, Any] = {"driver": driver}
+        if driver is None:
+            chart = charts.lustre_csi(lock)
+            # The chart creates lustre-csi-system itself, so its release record lives in kube-system and the
+            # namespace gets its Pod Security labels by a patch once the chart made it.
+            self.release = _release(chart, {}, self.child(), namespace="kube-system")
+            apply(manifests.lustre_namespace_patch(), self.child([self.release]), patch=True)
+            apply(manifests.lustre_node_tolerations_patch(spec), self.child([self.release]), patch=True)
+            outputs = {"chart": chart.name, "version": chart.version}
         storage_class = apply(manifests.lustre_storage_class(), self.child())
-        for obj in manifests.lustre_volumes(spec, volume_handles):
+        for obj in manifests.lustre_volumes(spec, backend.lustre_volume_handles if backend else None,
+                                            driver=driver,
+                                            attributes=backend.lustre_volume_attributes if backend else None):
             apply(obj, self.child([storage_class, *namespaces.namespaces]))
-        self.register_outputs({"chart": chart.name, "version": chart.version})
+        self.register_outputs(outputs)
 
 
 class DriftCheck(_Component):
@@ -253,8 +266,7 @@ class Platform(pulumi.ComponentResource):
         self.network_operator = (
             NetworkOperator("network-operator", spec, lock, provider, self.namespaces, self.gpu_operator, mine)
             if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools) else None)
-        self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine,
-                                     volume_handles=backend.lustre_volume_handles)
+        self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine, backend=backend)
                        if spec.storage.lustre is not None else None)
         self.drift = (DriftCheck("drift", spec, provider, self.namespaces, mine)
                       if spec.drift is not None else None)

@@ -15,6 +15,8 @@ from gpufleet.spec import GPU_TAINT_KEY, NodePool
 
 ROLE_LABEL = "gpufleet.io/role"
 POOL_LABEL = "gpufleet.io/pool"
+#: Node label of cloud pools with their fabric attached (efa, infiniband, gpudirect): what fabric agents select.
+FABRIC_LABEL = "gpufleet.io/fabric"
 #: Value of the mandatory GPU taint: nvidia.com/gpu=present:NoSchedule.
 GPU_TAINT_VALUE = "present"
 GPU_TAINT: dict[str, str] = {"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": "NoSchedule"}

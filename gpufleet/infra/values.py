@@ -124,6 +124,8 @@ def gpu_operator_values(spec: ClusterSpec, lock: Lock, *, with_counters: bool,
             "nvidiaDriverCRD": {"enabled": driver_by_operator, "deployDefaultCR": False},
         },
         "toolkit": from_lock["toolkit"],
+        # Google's driver installer mode (driver manager gke): where that driver lives, CDI on.
+        **{k: from_lock[k] for k in ("hostPaths", "cdi") if k in from_lock},
         "devicePlugin": {"enabled": True},
         "gfd": {"enabled": True},
         "migManager": {"enabled": spec.mig_strategy != "none"},

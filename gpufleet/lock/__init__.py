@@ -19,6 +19,7 @@ from gpufleet.lock.packages import (
 )
 from gpufleet.lock.profiles import PROFILES, Profile
 from gpufleet.lock.render import (
+    pool_driver,
     render_ansible_vars,
     render_gpu_operator_release,
     render_gpu_operator_values,
@@ -44,6 +45,7 @@ __all__ = [
     "host_packages",
     "load_lock",
     "nccl_packages",
+    "pool_driver",
     "render_ansible_vars",
     "render_gpu_operator_release",
     "render_gpu_operator_values",

@@ -33,7 +33,9 @@ VERSION_KEYS: tuple[str, ...] = (
 #: Entries that follow the driver unless overridden: NVIDIA releases them with the driver, same version.
 FOLLOW_DRIVER: tuple[str, ...] = ("fabric_manager", "nscq")
 
-Manager = Literal["host", "operator"]
+#: Who installs the driver (and the toolkit): the host roles, the GPU Operator, or (Google Cloud COS node pools,
+#: host_management gke) Google's COS driver installer, whose driver follows the GKE node version, not the lock.
+Manager = Literal["host", "operator", "gke"]
 
 
 class ComponentVersions(BaseModel):

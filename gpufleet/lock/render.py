@@ -89,8 +89,13 @@ def write_group_vars(lock: Lock, inventory_dir: Path) -> Path:
 
 
 def render_gpu_operator_values(lock: Lock) -> dict[str, Any]:
-    """The GPU Operator values the lock decides; every key exists in the chart's values.yaml."""
-    return {
+    """The GPU Operator values the lock decides; every key exists in the chart's values.yaml.
+
+    Driver manager ``gke`` is NVIDIA's "Google driver installer" mode on GKE
+    (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/google-gke.html): Google's COS
+    installer puts the driver under its install directory, the operator's driver is off and its toolkit and
+    validator look there, with CDI."""
+    values: dict[str, Any] = {
         "driver": {
             "enabled": lock.driver_managed_by == "operator",
             "version": lock.driver,
@@ -101,6 +106,24 @@ def render_gpu_operator_values(lock: Lock) -> dict[str, Any]:
             "version": f"v{lock.container_toolkit}",
         },
     }
+    if lock.driver_managed_by == "gke":
+        from gpufleet.catalog.clouds import GCP
+
+        install_dir = GCP.cos_driver_installer.install_dir
+        values["toolkit"]["installDir"] = install_dir
+        values["hostPaths"] = {"driverInstallDir": install_dir}
+        values["cdi"] = {"enabled": True}
+    return values
+
+
+def pool_driver(lock: Lock, host_management: str) -> str:
+    """Who installs a GPU pool's NVIDIA driver and which version runs there, in words (plan, lock show)."""
+    if host_management == "gke":
+        return (f"Google's COS driver installer: the driver Container-Optimized OS ships for the GKE node version "
+                f"(release channel), not the lock's {lock.driver}; the lock pins the rest (docs/clouds.md)")
+    if host_management == "operator":
+        return f"the GPU Operator's driver container, the lock's {lock.driver}"
+    return f"the Ansible roles, the lock's {lock.driver}"
 
 
 def render_gpu_operator_release(lock: Lock) -> dict[str, Any]:

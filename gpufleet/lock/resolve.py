@@ -19,6 +19,9 @@ def _manager(spec: ClusterSpec) -> Manager:
     # them. Per-pool scoping is the platform layer's job (one NVIDIADriver per operator-managed pool).
     if any(p.host_management == "operator" for p in spec.gpu_pools):
         return "operator"
+    # Google's COS driver installer (rule gke-driver keeps it apart from operator pools).
+    if any(p.host_management == "gke" for p in spec.gpu_pools):
+        return "gke"
     return "host"
 
 
@@ -62,7 +65,8 @@ def resolve_lock(spec: ClusterSpec, stack_file: Path | None = None) -> Lock:
         "profile": profile.name,
         "driver_branch": driver_branch(str(values["driver"])),
         "driver_managed_by": manager,
-        "toolkit_managed_by": manager,
+        # Next to Google's driver the GPU Operator installs the toolkit (NVIDIA's "Google driver installer" mode).
+        "toolkit_managed_by": "operator" if manager == "gke" else manager,
         "cuda_compat": spec.lock.cuda_compat,
         "fabric_manager_required": any(p.gpu in GPUS and GPUS[p.gpu].nvswitch for p in spec.gpu_pools),
     })

@@ -280,6 +280,47 @@ def rule_pool_gpus_and_power(c: RuleContext) -> list[ConfigProblem]:
     return out
 
 
+def rule_gke_driver(c: RuleContext) -> list[ConfigProblem]:
+    """Who installs a GPU pool's driver must be able to there. ``gke`` (Google's COS driver installer) exists on
+    Google Cloud only; Google's GPUDirect stacks run on Container-Optimized OS only, where the GPU Operator's
+    driver container does not run (NVIDIA's GKE page) and Ansible has no package manager, so GPUDirect pools
+    need ``gke``; the operator's driver container needs Ubuntu; gke and operator pools do not mix, the operator's
+    driver directory being cluster-wide. A gke pool's driver follows the GKE node version, not the lock."""
+    from gpufleet.catalog.clouds import GCP
+
+    out = []
+    gke = [p.name for p in c.spec.gpu_pools if p.host_management == "gke"]
+    for i, pool in enumerate(c.spec.pools):
+        if pool.role != "gpu":
+            continue
+        manager = pool.host_management
+        if manager == "gke" and c.spec.backend != "gcp":
+            out.append(c.pool_problem(i, pool, "host_management", manager, "gke (Google's COS driver installer) "
+                                      "exists on the gcp backend only", "set host_management: operator or ansible"))
+            continue
+        if c.spec.backend != "gcp":
+            continue
+        flavour = GCP.flavour(pool.instance_type or "")
+        if manager != "gke" and pool.fabric == "gpudirect" and flavour is not None and flavour.driver == "gke":
+            out.append(c.pool_problem(
+                i, pool, "host_management", manager,
+                f"{flavour.label} ({pool.instance_type}) runs on {flavour.image} node images only, where the "
+                f"NVIDIA driver comes from Google's installer and follows the GKE node version, not the lock's "
+                f"driver {c.lock.driver} ({flavour.source})",
+                "set host_management: gke (docs/clouds.md, 'Who manages the GPU software'), or fabric: none "
+                "for a pool without GPUDirect"))
+        elif manager == "operator" and pool.image == "COS_CONTAINERD":
+            out.append(c.pool_problem(i, pool, "image", pool.image, "the GPU Operator's driver container does "
+                                      "not run on Container-Optimized OS (NVIDIA's GKE page)",
+                                      "set image: UBUNTU_CONTAINERD, or host_management: gke"))
+        elif manager == "operator" and gke:
+            out.append(c.pool_problem(
+                i, pool, "host_management", manager, f"the GPU Operator's driver directory is cluster-wide: "
+                f"pools {', '.join(gke)} (gke) need Google's, this pool the operator's",
+                "use one host_management for every GPU pool of the cluster"))
+    return out
+
+
 def rule_one_lock(c: RuleContext) -> list[ConfigProblem]:
     out = []
     for key, value in c.spec.extra.items():
@@ -305,6 +346,7 @@ RULES: dict[str, Callable[[RuleContext], list[ConfigProblem]]] = {
     "rdma-release": rule_rdma_release,
     "charts": rule_charts,
     "power-limit": rule_pool_gpus_and_power,
+    "gke-driver": rule_gke_driver,
     "one-lock": rule_one_lock,
 }
 
