@@ -132,8 +132,21 @@ class CloudStack:
         monkeypatch.setitem(sys.modules, self.sdk, None)
 
     def assert_plan_names_install_command(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without the SDK, ``gpufleet plan --json`` is one error (exit 1) naming the install command."""
         self.without_sdk(monkeypatch)
         code, out = self.plan_json()
         assert code == 1
         (err,) = out["errors"]
         assert err["key"] == "gpufleet:backend" and err["fix"].startswith(f"pip install '.[{self.extra}]'")
+
+    def assert_up_checks_sdk_before_pulumi(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``gpufleet up`` refuses a stack whose SDK is missing before it looks for the Pulumi CLI."""
+        from gpufleet.infra import automation
+        from gpufleet.workflow import resolve_stack
+
+        calls: list[str] = []
+        self.without_sdk(monkeypatch)
+        monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
+        with pytest.raises(ConfigError) as e:
+            automation.up(resolve_stack(self.name))
+        assert calls == [] and e.value.problems[0].fix.startswith(f"pip install '.[{self.extra}]'")

@@ -5,9 +5,7 @@ plan summary and the policy pack on cloud resources."""
 from __future__ import annotations
 
 import base64
-import copy
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +17,28 @@ from typer.testing import CliRunner
 pytest.importorskip("pulumi_aws", reason="aws extra not installed (pip install -r requirements-clouds.lock): "
                                          "missing reference data")
 
-from gpufleet import REPO_ROOT
 from gpufleet.catalog.clouds import AWS
 from gpufleet.errors import ConfigError
-from gpufleet.infra.offline import OfflinePlan, evaluate
+from gpufleet.infra.offline import OfflinePlan
 from gpufleet.inputs import load_yaml
 from gpufleet.inventory import write_inventory
 from gpufleet.lock import resolve_lock
-from gpufleet.spec import STACKS_DIR, ClusterSpec, load_spec
+from gpufleet.spec import load_spec
+from tests.cloud_plan import (
+    JOB,
+    K8S_PROVIDER,
+    NODE_PATCH,
+    PV,
+    RELEASE,
+    CloudStack,
+    evaluate_spec,
+    gpu_pool,
+    one,
+    resources,
+    violations,
+)
 
-sys.path.insert(0, str(REPO_ROOT / "policy"))
-import gpufleet_policies as gp
-
+STACK = CloudStack("aws-p5", "pulumi_aws", "aws")
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "aws:eks/nodeGroup:NodeGroup"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -39,33 +47,11 @@ EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SUBNET = "aws:ec2/subnet:Subnet"
 ROUTE_TABLE = "aws:ec2/routeTable:RouteTable"
 ASSOC = "aws:ec2/routeTableAssociation:RouteTableAssociation"
-PV = "kubernetes:core/v1:PersistentVolume"
-RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def _config() -> dict[str, Any]:
-    return yaml.safe_load((STACKS_DIR / "Pulumi.aws-p5.yaml").read_text())
-
-
-def _variant(tmp_path: Path, change: Any, name: str = "aws-variant") -> ClusterSpec:
-    doc = copy.deepcopy(_config())
-    change(doc["config"])
-    path = tmp_path / f"Pulumi.{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return load_spec(str(path))
-
-
-def _plan(spec: ClusterSpec) -> OfflinePlan:
-    return evaluate(spec, resolve_lock(spec))
 
 
 @pytest.fixture(scope="module")
 def plan() -> OfflinePlan:
-    return _plan(load_spec("aws-p5"))
-
-
-def _gpu_pool(cfg: dict[str, Any]) -> dict[str, Any]:
-    return next(p for p in cfg["gpufleet:pools"] if p["role"] == "gpu")
+    return STACK.plan()
 
 
 def _user_data(lt: Any) -> str:
@@ -134,9 +120,9 @@ def test_system_node_group_is_cpu_untainted_over_all_zones(plan: OfflinePlan) ->
 
 def test_user_ami_gets_nodeadm_config_with_taints_and_labels(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["image"] = "ami-0123456789abcdef0"
+        gpu_pool(cfg)["image"] = "ami-0123456789abcdef0"
 
-    plan = _plan(_variant(tmp_path, change))
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
     lt = next(r for r in plan.of_type(LT) if r.name == "aws-p5-p5")
     ng = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5")
     assert lt.inputs["imageId"] == "ami-0123456789abcdef0" and ng.inputs["amiType"] == "CUSTOM"
@@ -150,9 +136,9 @@ def test_user_ami_gets_nodeadm_config_with_taints_and_labels(tmp_path: Path) -> 
 
 def test_capacity_block_and_reservation(tmp_path: Path) -> None:
     def block(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["capacity"] = {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}
+        gpu_pool(cfg)["capacity"] = {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}
 
-    plan = _plan(_variant(tmp_path, block))
+    plan = evaluate_spec(STACK.variant(tmp_path, block))
     lt = next(r for r in plan.of_type(LT) if r.name == "aws-p5-p5")
     ng = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5")
     assert ng.inputs["capacityType"] == "CAPACITY_BLOCK"
@@ -161,9 +147,9 @@ def test_capacity_block_and_reservation(tmp_path: Path) -> None:
         "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}}
 
     def odcr(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["capacity"] = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
+        gpu_pool(cfg)["capacity"] = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
 
-    plan = _plan(_variant(tmp_path, odcr, "aws-odcr"))
+    plan = evaluate_spec(STACK.variant(tmp_path, odcr, "aws-odcr"))
     lt = next(r for r in plan.of_type(LT) if r.name == "aws-p5-p5")
     assert "instanceMarketOptions" not in lt.inputs
     assert next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5").inputs["capacityType"] == "ON_DEMAND"
@@ -240,29 +226,17 @@ def test_fsx_lustre_file_systems_security_group_and_pvs(plan: OfflinePlan) -> No
 
 
 def test_platform_layer_receives_the_eks_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.infra import program
-    from gpufleet.infra.aws import AwsCluster
-
-    seen: list[Any] = []
-    real = program.Platform
-
-    def spy(name: str, spec: ClusterSpec, lock: Any, backend: Any, **kw: Any) -> Any:
-        seen.append(backend)
-        return real(name, spec, lock, backend, **kw)
-
-    monkeypatch.setattr(program, "Platform", spy)
-    plan = _plan(load_spec("aws-p5"))
-    (backend,) = seen
-    assert backend.provider._name == "aws-p5-k8s"
+    backend, plan = STACK.platform_backend(monkeypatch)
+    assert backend.provider is not None and backend.provider._name == "aws-p5-k8s"
     assert all(p.taints_at_registration for p in backend.pools)
-    assert AwsCluster.__name__ in plan.named("aws-p5").type or plan.named("aws-p5").type.endswith("AwsCluster")
+    assert plan.named("aws-p5").type == "gpufleet:backend:AwsCluster"
     provider = plan.named("aws-p5-k8s")
-    assert provider.type == "pulumi:providers:kubernetes" and provider.inputs["kubeconfig"] == "[secret]"
+    assert provider.type == K8S_PROVIDER and provider.inputs["kubeconfig"] == "[secret]"
     # The provider waits for the node groups: nothing of the platform lands before nodes exist.
     assert {u.rsplit("::", 1)[1] for u in provider.depends_on} == {"aws-p5-system", "aws-p5-p5"}
     # Nodes register with their taints: no taint Jobs or node patches for cloud pools.
-    assert not plan.of_type("kubernetes:batch/v1:Job") and not plan.of_type("kubernetes:core/v1:NodePatch")
-    efa = next(r for r in plan.of_type(RELEASE) if r.name == "aws-efa-k8s-device-plugin")
+    assert not plan.of_type(JOB) and not plan.of_type(NODE_PATCH)
+    efa = one(plan, RELEASE, "aws-efa-k8s-device-plugin")
     assert efa.inputs["version"] == "v0.5.7" and efa.inputs["namespace"] == "kube-system"
     assert efa.inputs["values"] == {
         "nodeSelector": {"gpufleet.io/fabric": "efa"},
@@ -284,32 +258,28 @@ def test_operator_pools_get_the_lock_driver(plan: OfflinePlan) -> None:
 
 def test_cloud_pools_default_to_the_operator(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        del _gpu_pool(cfg)["host_management"]
+        del gpu_pool(cfg)["host_management"]
 
-    assert _variant(tmp_path, change).gpu_pools[0].host_management == "operator"
+    assert STACK.variant(tmp_path, change).gpu_pools[0].host_management == "operator"
     assert load_spec("onprem-h100").gpu_pools[0].host_management == "ansible"
 
 
 @pytest.mark.parametrize(("change", "key", "why"), [
-    (lambda c: _gpu_pool(c).update(instance_type="p5.4xlarge"), "gpufleet:pools[1].instance_type",
+    (lambda c: gpu_pool(c).update(instance_type="p5.4xlarge"), "gpufleet:pools[1].instance_type",
      "not an instance type gpufleet's AWS catalog knows"),
-    (lambda c: _gpu_pool(c).update(gpu="a100-sxm4-40gb"), "gpufleet:pools[1].gpu", "carries 8 x h100-sxm5-80gb"),
-    (lambda c: _gpu_pool(c).update(fabric="infiniband"), "gpufleet:pools[1].fabric", "their fabric is EFA"),
-    (lambda c: _gpu_pool(c).update(hosts=[{"name": "n", "address": "10.0.0.1"}]), "gpufleet:pools[1].hosts",
+    (lambda c: gpu_pool(c).update(gpu="a100-sxm4-40gb"), "gpufleet:pools[1].gpu", "carries 8 x h100-sxm5-80gb"),
+    (lambda c: gpu_pool(c).update(fabric="infiniband"), "gpufleet:pools[1].fabric", "their fabric is EFA"),
+    (lambda c: gpu_pool(c).update(hosts=[{"name": "n", "address": "10.0.0.1"}]), "gpufleet:pools[1].hosts",
      "no static hosts"),
     (lambda c: c["gpufleet:storage"]["lustre"]["datasets"].update(throughput_mbps_per_tib=200),
      "gpufleet:storage.lustre.datasets.throughput_mbps_per_tib", "PERSISTENT_2 offers these throughputs"),
     (lambda c: c["gpufleet:storage"]["lustre"]["checkpoints"].update(capacity_gib=5000),
      "gpufleet:storage.lustre.checkpoints.capacity_gib", "multiple of 2400 GiB"),
-    (lambda c: _gpu_pool(c).update(host_management="ansible"), "gpufleet:aws.ssm_bucket", "S3 bucket"),
+    (lambda c: gpu_pool(c).update(host_management="ansible"), "gpufleet:aws.ssm_bucket", "S3 bucket"),
     (lambda c: c.pop("gpufleet:aws"), "gpufleet:aws", "needs its region"),
 ])
 def test_stack_validation_names_the_key(tmp_path: Path, change: Any, key: str, why: str) -> None:
-    with pytest.raises(ConfigError) as e:
-        _variant(tmp_path, change)
-    problems = e.value.problems
-    assert [p.key for p in problems] == [key], problems
-    assert why in problems[0].rule and problems[0].fix
+    assert why in STACK.problem(tmp_path, change, key).rule
 
 
 def test_missing_sdk_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -327,10 +297,10 @@ def test_missing_sdk_names_the_install_command(monkeypatch: pytest.MonkeyPatch) 
 
 def test_ansible_pools_get_the_aws_ec2_inventory_plugin(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["host_management"] = "ansible"
+        gpu_pool(cfg)["host_management"] = "ansible"
         cfg["gpufleet:aws"]["ssm_bucket"] = "example-ssm-staging"
 
-    spec = _variant(tmp_path, change)
+    spec = STACK.variant(tmp_path, change)
     out = tmp_path / "inv"
     write_inventory(spec, resolve_lock(spec), {}, out)
     plugin = yaml.safe_load((out / "aws_ec2.yml").read_text())
@@ -382,55 +352,40 @@ def test_every_instance_type_and_price_cites_its_source() -> None:
 
 def test_policy_rejects_gpu_pool_without_its_fabric(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["fabric"] = "none"
+        gpu_pool(cfg)["fabric"] = "none"
 
-    plan = _plan(_variant(tmp_path, change))
-    found = gp.violations((r.type, r.inputs) for r in plan.resources)
-    assert found == {"gpu-pools-have-their-fabric": [
+    assert violations(resources(evaluate_spec(STACK.variant(tmp_path, change)))) == {"gpu-pools-have-their-fabric": [
         "p5.48xlarge supports 32 EFA interfaces, the GPU pool's launch template attaches 0; "
         "set the pool's fabric: efa"]}
 
 
 def test_policy_rejects_public_ip_and_shared_paths(plan: OfflinePlan) -> None:
-    resources = [(r.type, copy.deepcopy(r.inputs)) for r in plan.resources]
-    lt = next(p for t, p in resources if t == LT and p["tags"]["gpufleet.io/role"] == "gpu")
+    assert violations(resources(plan)) == {}
+    items = resources(plan)
+    lt = next(p for t, p in items if t == LT and p["tags"]["gpufleet.io/role"] == "gpu")
     lt["networkInterfaces"][0]["associatePublicIpAddress"] = "true"
-    assert list(gp.violations(resources)) == ["no-public-ip-gpu-nodes"]
-    resources = [(r.type, copy.deepcopy(r.inputs)) for r in plan.resources]
-    for t, p in resources:
+    assert list(violations(items)) == ["no-public-ip-gpu-nodes"]
+    items = resources(plan)
+    for t, p in items:
         if t == PV and p["metadata"]["labels"]["gpufleet.io/volume"] == "checkpoints":
             p["spec"]["csi"]["volumeHandle"] = "aws-p5-datasets.fsx.offline.invalid@tcp:/datasetsmnt/ckpt"
-    assert list(gp.violations(resources)) == ["datasets-checkpoints-distinct"]
+    assert list(violations(items)) == ["datasets-checkpoints-distinct"]
 
 
 def test_plan_without_the_sdk_is_one_error_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.cli.plan import app
-
-    monkeypatch.setitem(sys.modules, "pulumi_aws", None)  # as if the extra were not installed
-    r = CliRunner().invoke(app, ["--stack", "aws-p5", "--json"])
-    assert r.exit_code == 1
-    (err,) = json.loads(r.stdout)["errors"]
-    assert err["key"] == "gpufleet:backend" and err["fix"].startswith("pip install '.[aws]'")
+    STACK.assert_plan_names_install_command(monkeypatch)
 
 
 def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.infra import automation
-    from gpufleet.workflow import resolve_stack
-
-    calls: list[str] = []
-    monkeypatch.setitem(sys.modules, "pulumi_aws", None)
-    monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
-    with pytest.raises(ConfigError) as e:
-        automation.up(resolve_stack("aws-p5"))
-    assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[aws]'")
+    STACK.assert_up_checks_sdk_before_pulumi(monkeypatch)
 
 
 def test_ansible_pool_next_to_operator_pools_is_labelled_out_of_the_operators_driver(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        cfg["gpufleet:pools"].append({**_gpu_pool(cfg), "name": "p5-host", "host_management": "ansible"})
+        cfg["gpufleet:pools"].append({**gpu_pool(cfg), "name": "p5-host", "host_management": "ansible"})
         cfg["gpufleet:aws"]["ansible_connection"] = "ssh"
 
-    plan = _plan(_variant(tmp_path, change))
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
     host = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5-host").inputs["labels"]
     operator = next(r for r in plan.of_type(NG) if r.name == "aws-p5-p5").inputs["labels"]
     assert host["nvidia.com/gpu.deploy.driver"] == "false"

@@ -4,9 +4,7 @@ hand-off, the plan summary and the policy pack on AKS resources."""
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,61 +16,45 @@ from typer.testing import CliRunner
 pytest.importorskip("pulumi_azure_native", reason="azure extra not installed (pip install -r "
                                                    "requirements-clouds.lock): missing reference data")
 
-from gpufleet import REPO_ROOT
 from gpufleet.catalog.clouds import AZURE
-from gpufleet.errors import ConfigError
-from gpufleet.infra.offline import OfflinePlan, PlannedResource, evaluate
+from gpufleet.infra.offline import OfflinePlan
 from gpufleet.inputs import load_yaml
 from gpufleet.inventory import write_inventory
 from gpufleet.lock import resolve_lock
-from gpufleet.spec import STACKS_DIR, ClusterSpec, load_spec
+from gpufleet.spec import load_spec
+from tests.cloud_plan import (
+    JOB,
+    K8S_PROVIDER,
+    NODE_PATCH,
+    PV,
+    CloudStack,
+    evaluate_spec,
+    gpu_pool,
+    one,
+    pvs,
+    resources,
+    violations,
+)
 
-sys.path.insert(0, str(REPO_ROOT / "policy"))
-import gpufleet_policies as gp
-
+STACK = CloudStack("azure-ndv5", "pulumi_azure_native", "azure")
 CLUSTER = "azure-native:containerservice:ManagedCluster"
 POOL = "azure-native:containerservice:AgentPool"
 AMLFS = "azure-native:storagecache:AmlFilesystem"
 SUBNET = "azure-native:network:Subnet"
 NSG = "azure-native:network:NetworkSecurityGroup"
-PV = "kubernetes:core/v1:PersistentVolume"
 GPU_SIZE = "Standard_ND96isr_H100_v5"
-
-
-def _config() -> dict[str, Any]:
-    return yaml.safe_load((STACKS_DIR / "Pulumi.azure-ndv5.yaml").read_text())
-
-
-def _variant(tmp_path: Path, change: Any, name: str = "azure-variant") -> ClusterSpec:
-    doc = copy.deepcopy(_config())
-    change(doc["config"])
-    path = tmp_path / f"Pulumi.{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return load_spec(str(path))
-
-
-def _plan(spec: ClusterSpec) -> OfflinePlan:
-    return evaluate(spec, resolve_lock(spec))
 
 
 @pytest.fixture(scope="module")
 def plan() -> OfflinePlan:
-    return _plan(load_spec("azure-ndv5"))
-
-
-def _gpu_pool(cfg: dict[str, Any]) -> dict[str, Any]:
-    return next(p for p in cfg["gpufleet:pools"] if p["role"] == "gpu")
-
-
-def _one(plan: OfflinePlan, type_: str, name: str) -> PlannedResource:
-    return next(r for r in plan.of_type(type_) if r.name == name)
+    return STACK.plan()
 
 
 # --- node pools ------------------------------------------------------------------------------------------
 
 
 def test_gpu_agent_pool_is_one_scale_set_on_infiniband_in_the_lustre_zone(plan: OfflinePlan) -> None:
-    pool = _one(plan, POOL, "azure-ndv5-ndv5").inputs
+    pool = one(plan, POOL, "azure-ndv5-ndv5").inputs
     # Standard_ND96isr_H100_v5: 8 GPUs, one 400 Gb/s InfiniBand HCA each (catalog, from Microsoft Learn).
     size = AZURE.vm_sizes[GPU_SIZE]
     assert (size.gpus, size.infiniband_hcas, size.infiniband_gbps) == (8, 8, 400)
@@ -110,10 +92,10 @@ def test_capacity_reservation_group(tmp_path: Path) -> None:
              "Microsoft.Compute/capacityReservationGroups/ndv5-reserved")
 
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["capacity"] = {"type": "reservation", "reservation_id": group}
+        gpu_pool(cfg)["capacity"] = {"type": "reservation", "reservation_id": group}
 
-    plan = _plan(_variant(tmp_path, change))
-    assert _one(plan, POOL, "azure-ndv5-ndv5").inputs["capacityReservationGroupID"] == group
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
+    assert one(plan, POOL, "azure-ndv5-ndv5").inputs["capacityReservationGroupID"] == group
 
 
 # --- networking ------------------------------------------------------------------------------------------
@@ -148,7 +130,7 @@ def test_public_api_server_only_when_asked(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
         cfg["gpufleet:azure"].update(private_cluster=False, authorized_ip_ranges=["203.0.113.0/24"])
 
-    cluster = _plan(_variant(tmp_path, change)).of_type(CLUSTER)[0].inputs
+    cluster = evaluate_spec(STACK.variant(tmp_path, change)).of_type(CLUSTER)[0].inputs
     assert cluster["apiServerAccessProfile"] == {"enablePrivateCluster": False,
                                                  "authorizedIPRanges": ["203.0.113.0/24"]}
 
@@ -181,18 +163,18 @@ def test_managed_lustre_file_systems_and_pvs(plan: OfflinePlan) -> None:
     assert fs["azure-ndv5-datasets"]["filesystemSubnet"] == "azure-ndv5-lustre-datasets-id"
     assert fs["azure-ndv5-checkpoints"]["filesystemSubnet"] == "azure-ndv5-lustre-checkpoints-id"
     assert all(f["maintenanceWindow"] == {"dayOfWeek": "Sunday", "timeOfDayUTC": "02:00"} for f in fs.values())
-    pvs = {r.inputs["metadata"]["name"]: r.inputs for r in plan.of_type(PV)}
-    ds = pvs["lustre-datasets-training"]
+    vols = pvs(plan)
+    ds = vols["lustre-datasets-training"]
     assert ds["spec"]["csi"]["volumeHandle"] == "azure-ndv5-datasets.mgs.offline.invalid@tcp:/lustrefs"
     assert ds["spec"]["csi"]["readOnly"] is True
     assert ds["metadata"]["annotations"]["gpufleet.io/mount-path"] == "/lustre/datasets"
-    ck = pvs["lustre-checkpoints-training"]
+    ck = vols["lustre-checkpoints-training"]
     assert ck["spec"]["csi"]["volumeHandle"] == "azure-ndv5-checkpoints.mgs.offline.invalid@tcp:/lustrefs"
     assert plan.named("lustre").type == "gpufleet:platform:LustreStorage"
 
 
 def test_lustre_client_installer_pins_release_and_key(plan: OfflinePlan) -> None:
-    ds = _one(plan, "kubernetes:apps/v1:DaemonSet", "amlfs-lustre-client").inputs
+    ds = one(plan, "kubernetes:apps/v1:DaemonSet", "amlfs-lustre-client").inputs
     pod = ds["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["command"][:8] == ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid"]
@@ -210,26 +192,15 @@ def test_lustre_client_installer_pins_release_and_key(plan: OfflinePlan) -> None
 
 
 def test_platform_layer_receives_the_aks_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.infra import program
-
-    seen: list[Any] = []
-    real = program.Platform
-
-    def spy(name: str, spec: ClusterSpec, lock: Any, backend: Any, **kw: Any) -> Any:
-        seen.append(backend)
-        return real(name, spec, lock, backend, **kw)
-
-    monkeypatch.setattr(program, "Platform", spy)
-    plan = _plan(load_spec("azure-ndv5"))
-    (backend,) = seen
-    assert backend.provider._name == "azure-ndv5-k8s"
+    backend, plan = STACK.platform_backend(monkeypatch)
+    assert backend.provider is not None and backend.provider._name == "azure-ndv5-k8s"
     assert all(p.taints_at_registration for p in backend.pools)
     assert plan.named("azure-ndv5").type == "gpufleet:backend:AzureCluster"
     provider = plan.named("azure-ndv5-k8s")
-    assert provider.type == "pulumi:providers:kubernetes" and provider.inputs["kubeconfig"] == "[secret]"
+    assert provider.type == K8S_PROVIDER and provider.inputs["kubeconfig"] == "[secret]"
     # The provider waits for the cluster and its GPU agent pools.
     assert {u.rsplit("::", 1)[1] for u in provider.depends_on} == {"azure-ndv5", "azure-ndv5-ndv5"}
-    assert not plan.of_type("kubernetes:batch/v1:Job") and not plan.of_type("kubernetes:core/v1:NodePatch")
+    assert not plan.of_type(JOB) and not plan.of_type(NODE_PATCH)
     # InfiniBand pools: the platform's Network Operator and RDMA shared device plugin select them.
     policy = plan.of_type("kubernetes:mellanox.com/v1alpha1:NicClusterPolicy")[0].inputs
     terms = policy["spec"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -249,47 +220,36 @@ def test_operator_pools_get_the_lock_driver(plan: OfflinePlan) -> None:
 
 
 @pytest.mark.parametrize(("change", "key", "why"), [
-    (lambda c: _gpu_pool(c).update(instance_type="Standard_NC24ads_A100_v4"), "gpufleet:pools[1].instance_type",
+    (lambda c: gpu_pool(c).update(instance_type="Standard_NC24ads_A100_v4"), "gpufleet:pools[1].instance_type",
      "not an instance type gpufleet's Azure catalog knows"),
-    (lambda c: _gpu_pool(c).update(gpu="a100-sxm4-40gb"), "gpufleet:pools[1].gpu", "carries 8 x h100-sxm5-80gb"),
-    (lambda c: _gpu_pool(c).update(fabric="efa"), "gpufleet:pools[1].fabric", "fabric is InfiniBand"),
-    (lambda c: _gpu_pool(c).update(name="nd-v5"), "gpufleet:pools[1].name", "1-12 lower-case letters"),
-    (lambda c: _gpu_pool(c).update(image="ami-0123456789abcdef0"), "gpufleet:pools[1].image",
+    (lambda c: gpu_pool(c).update(gpu="a100-sxm4-40gb"), "gpufleet:pools[1].gpu", "carries 8 x h100-sxm5-80gb"),
+    (lambda c: gpu_pool(c).update(fabric="efa"), "gpufleet:pools[1].fabric", "fabric is InfiniBand"),
+    (lambda c: gpu_pool(c).update(name="nd-v5"), "gpufleet:pools[1].name", "1-12 lower-case letters"),
+    (lambda c: gpu_pool(c).update(image="ami-0123456789abcdef0"), "gpufleet:pools[1].image",
      "not an image of the azure backend"),
-    (lambda c: _gpu_pool(c).update(capacity={"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}),
+    (lambda c: gpu_pool(c).update(capacity={"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}),
      "gpufleet:pools[1].capacity.reservation_id", "not a reservation of the azure backend"),
     (lambda c: c["gpufleet:storage"]["lustre"]["datasets"].update(throughput_mbps_per_tib=1000),
      "gpufleet:storage.lustre.datasets.throughput_mbps_per_tib", "Azure Managed Lustre offers"),
     (lambda c: c["gpufleet:storage"]["lustre"]["checkpoints"].update(capacity_gib=10240),
      "gpufleet:storage.lustre.checkpoints.capacity_gib", "in steps of 4 TiB"),
-    (lambda c: _gpu_pool(c).update(host_management="ansible"), "gpufleet:azure.ssh_public_key", "public key"),
+    (lambda c: gpu_pool(c).update(host_management="ansible"), "gpufleet:azure.ssh_public_key", "public key"),
     (lambda c: c.pop("gpufleet:azure"), "gpufleet:azure", "needs its region"),
 ])
 def test_stack_validation_names_the_key(tmp_path: Path, change: Any, key: str, why: str) -> None:
-    with pytest.raises(ConfigError) as e:
-        _variant(tmp_path, change)
-    problems = e.value.problems
-    assert key in [p.key for p in problems], problems
-    problem = next(p for p in problems if p.key == key)
-    assert why in problem.rule and problem.fix
+    assert why in STACK.problem(tmp_path, change, key).rule
 
 
 def test_missing_sdk_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.cli.plan import app
-
-    monkeypatch.setitem(sys.modules, "pulumi_azure_native", None)  # as if the extra were not installed
-    r = CliRunner().invoke(app, ["--stack", "azure-ndv5", "--json"])
-    assert r.exit_code == 1
-    (err,) = json.loads(r.stdout)["errors"]
-    assert err["key"] == "gpufleet:backend" and err["fix"].startswith("pip install '.[azure]'")
+    STACK.assert_plan_names_install_command(monkeypatch)
 
 
 def test_ansible_pools_get_the_azure_rm_inventory_plugin(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["host_management"] = "ansible"
+        gpu_pool(cfg)["host_management"] = "ansible"
         cfg["gpufleet:azure"]["ssh_public_key"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample admin@example"
 
-    spec = _variant(tmp_path, change)
+    spec = STACK.variant(tmp_path, change)
     out = tmp_path / "inv"
     write_inventory(spec, resolve_lock(spec), {}, out)
     plugin = yaml.safe_load((out / "azure_rm.yml").read_text())
@@ -302,7 +262,7 @@ def test_ansible_pools_get_the_azure_rm_inventory_plugin(tmp_path: Path) -> None
     assert load_yaml(out / "group_vars" / "pool_ndv5" / "connection.yml") == {"ansible_user": "azureuser",
                                                                              "ansible_become": True}
     assert not (out / "group_vars" / "pool_system" / "connection.yml").exists()
-    cluster = _plan(spec).of_type(CLUSTER)[0].inputs
+    cluster = evaluate_spec(spec).of_type(CLUSTER)[0].inputs
     assert cluster["linuxProfile"] == {"adminUsername": "azureuser", "ssh": {"publicKeys": [
         {"keyData": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample admin@example"}]}}
     base = load_spec("azure-ndv5")
@@ -332,11 +292,11 @@ def test_plan_json_names_fabric_lustre_service_and_cost() -> None:
 
 def test_missing_price_row_is_named_not_guessed(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg).update(instance_type="Standard_ND96isr_H200_v5", gpu="h200-sxm-141gb")
+        gpu_pool(cfg).update(instance_type="Standard_ND96isr_H200_v5", gpu="h200-sxm-141gb")
 
     from gpufleet.infra.cloud_summary import cloud_summary
 
-    cloud = cloud_summary(_variant(tmp_path, change))
+    cloud = cloud_summary(STACK.variant(tmp_path, change))
     assert cloud["total_complete"] is False and "Standard_ND96isr_H200_v5" in cloud["cost_note"]
 
 
@@ -353,46 +313,35 @@ def test_every_vm_size_and_price_cites_its_source() -> None:
 
 def test_policy_rejects_gpu_pool_without_its_fabric(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        _gpu_pool(cfg)["fabric"] = "none"
+        gpu_pool(cfg)["fabric"] = "none"
 
-    plan = _plan(_variant(tmp_path, change))
-    found = gp.violations((r.type, r.inputs) for r in plan.resources)
-    assert found == {"gpu-pools-have-their-fabric": [
+    assert violations(resources(evaluate_spec(STACK.variant(tmp_path, change)))) == {"gpu-pools-have-their-fabric": [
         f"{GPU_SIZE} has 8 InfiniBand HCAs, the GPU pool is not labelled gpufleet.io/fabric=infiniband (no RDMA "
         "device plugin there); set the pool's fabric: infiniband"]}
 
 
 def test_policy_rejects_public_ip_and_shared_paths(plan: OfflinePlan) -> None:
-    resources = [(r.type, copy.deepcopy(r.inputs)) for r in plan.resources]
-    assert gp.violations(resources) == {}
-    pool = next(p for t, p in resources if t == POOL)
+    assert violations(resources(plan)) == {}
+    items = resources(plan)
+    pool = next(p for t, p in items if t == POOL)
     pool["enableNodePublicIP"] = True
-    assert list(gp.violations(resources)) == ["no-public-ip-gpu-nodes"]
-    resources = [(r.type, copy.deepcopy(r.inputs)) for r in plan.resources]
-    for t, p in resources:
+    assert list(violations(items)) == ["no-public-ip-gpu-nodes"]
+    items = resources(plan)
+    for t, p in items:
         if t == PV and p["metadata"]["labels"]["gpufleet.io/volume"] == "checkpoints":
             p["spec"]["csi"]["volumeHandle"] = "azure-ndv5-datasets.mgs.offline.invalid@tcp:/lustrefs/ckpt"
-    assert list(gp.violations(resources)) == ["datasets-checkpoints-distinct"]
+    assert list(violations(items)) == ["datasets-checkpoints-distinct"]
 
 
 def test_policy_sees_the_inline_system_pool(plan: OfflinePlan) -> None:
-    resources = [(r.type, copy.deepcopy(r.inputs)) for r in plan.resources]
-    cluster = next(p for t, p in resources if t == CLUSTER)
+    items = resources(plan)
+    cluster = next(p for t, p in items if t == CLUSTER)
     cluster["agentPoolProfiles"][0]["nodeLabels"]["gpufleet.io/role"] = "gpu"
-    found = gp.violations(resources)
-    assert "system-pool-exists" in found
+    assert "system-pool-exists" in violations(items)
 
 
 def test_gpufleet_up_checks_the_sdk_before_pulumi(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.infra import automation
-    from gpufleet.workflow import resolve_stack
-
-    calls: list[str] = []
-    monkeypatch.setitem(sys.modules, "pulumi_azure_native", None)
-    monkeypatch.setattr(automation, "require_cli", lambda *a: calls.append("cli"))
-    with pytest.raises(ConfigError) as e:
-        automation.up(resolve_stack("azure-ndv5"))
-    assert calls == [] and e.value.problems[0].fix.startswith("pip install '.[azure]'")
+    STACK.assert_up_checks_sdk_before_pulumi(monkeypatch)
 
 
 def test_kubeconfig_logs_in_with_the_azure_cli_not_a_device_code() -> None:
@@ -409,12 +358,12 @@ def test_kubeconfig_logs_in_with_the_azure_cli_not_a_device_code() -> None:
 
 def test_ansible_pool_next_to_operator_pools_is_labelled_out_of_the_operators_driver(tmp_path: Path) -> None:
     def change(cfg: dict[str, Any]) -> None:
-        cfg["gpufleet:pools"].append({**_gpu_pool(cfg), "name": "ndv5host", "host_management": "ansible"})
+        cfg["gpufleet:pools"].append({**gpu_pool(cfg), "name": "ndv5host", "host_management": "ansible"})
         cfg["gpufleet:azure"]["ssh_public_key"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample admin@example"
 
-    plan = _plan(_variant(tmp_path, change))
-    host = _one(plan, POOL, "azure-ndv5-ndv5host").inputs["nodeLabels"]
-    operator = _one(plan, POOL, "azure-ndv5-ndv5").inputs["nodeLabels"]
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
+    host = one(plan, POOL, "azure-ndv5-ndv5host").inputs["nodeLabels"]
+    operator = one(plan, POOL, "azure-ndv5-ndv5").inputs["nodeLabels"]
     # The operator's driver/toolkit are cluster-wide (one pool wants them): the Ansible pool opts out at
     # registration, the operator pool does not.
     assert host["nvidia.com/gpu.deploy.driver"] == "false"
