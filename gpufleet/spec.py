@@ -506,6 +506,15 @@ class Azure(_Strict):
         return self
 
 
+def _prefix_between(low: int, high: int) -> Callable[[str], str]:
+    """A field validator: an IPv4 network of prefix /low to /high (the error then names the field)."""
+    def check(value: str) -> str:
+        _network(value, low, high)
+        return value
+    check.grammar = f"an IPv4 network, /{low} to /{high}"  # type: ignore[attr-defined]  # read by gpufleet.stackdoc
+    return check
+
+
 class Gcp(_Strict):
     """Settings of the gcp backend (stack key ``gpufleet:gcp``)."""
 
@@ -515,16 +524,18 @@ class Gcp(_Strict):
                                                                "us-central1"))
     zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]-[a-z]$", **_doc(
         "Zone of the nodes and the Managed Lustre instances (compact placement is zonal).", "us-central1-a"))
-    subnet_cidr: str = Field("10.40.0.0/20", **_doc("Nodes' subnet, /16 to /24.", "10.40.0.0/20"))
-    pods_cidr: str = Field("10.44.0.0/14", **_doc("Secondary range of the nodes' subnet for pods, /9 to /21.",
-                                                  "10.44.0.0/14"))
-    services_cidr: str = Field("10.40.16.0/20", **_doc("Secondary range for Services, /16 to /27.",
-                                                       "10.40.16.0/20"))
-    gpu_cidr: str = Field("192.168.0.0/16", **_doc(
+    subnet_cidr: Annotated[str, AfterValidator(_prefix_between(16, 24))] = Field(
+        "10.40.0.0/20", **_doc("Nodes' subnet, /16 to /24.", "10.40.0.0/20"))
+    pods_cidr: Annotated[str, AfterValidator(_prefix_between(9, 21))] = Field(
+        "10.44.0.0/14", **_doc("Secondary range of the nodes' subnet for pods, /9 to /21.", "10.44.0.0/14"))
+    services_cidr: Annotated[str, AfterValidator(_prefix_between(16, 27))] = Field(
+        "10.40.16.0/20", **_doc("Secondary range for Services, /16 to /27.", "10.40.16.0/20"))
+    gpu_cidr: Annotated[str, AfterValidator(_prefix_between(16, 20))] = Field("192.168.0.0/16", **_doc(
         "Range the GPU VPCs' subnets are cut from (one /24 per GPU NIC), /16 to /20.", "192.168.0.0/16"))
-    lustre_cidr: str = Field("10.48.0.0/20", **_doc(
+    lustre_cidr: Annotated[str, AfterValidator(_prefix_between(16, 24))] = Field("10.48.0.0/20", **_doc(
         "Private services access range Managed Lustre takes its addresses from, /16 to /24.", "10.48.0.0/20"))
-    master_cidr: str = Field("172.16.0.0/28", **_doc("The control plane's private /28.", "172.16.0.0/28"))
+    master_cidr: Annotated[str, AfterValidator(_prefix_between(28, 28))] = Field(
+        "172.16.0.0/28", **_doc("The control plane's private /28.", "172.16.0.0/28"))
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = Field("REGULAR", **_doc(
         "GKE release channel (it also decides the COS driver of GPU nodes).", "REGULAR"))
     kubernetes_version: str | None = Field(None, pattern=r"^1\.\d{2}(\.\d+-gke\.\d+)?$", **_doc(
@@ -538,9 +549,6 @@ class Gcp(_Strict):
     def _check(self) -> Gcp:
         if not self.zone.startswith(self.region + "-"):
             raise ValueError(f"zone {self.zone} is not a zone of region {self.region}")
-        for value, low, high in ((self.subnet_cidr, 16, 24), (self.pods_cidr, 9, 21), (self.services_cidr, 16, 27),
-                                 (self.gpu_cidr, 16, 20), (self.lustre_cidr, 16, 24), (self.master_cidr, 28, 28)):
-            _network(value, low, high)
         nets = [ipaddress.IPv4Network(c) for c in (self.subnet_cidr, self.pods_cidr, self.services_cidr,
                                                    self.gpu_cidr, self.lustre_cidr, self.master_cidr)]
         overlap = [f"{a} and {b}" for i, a in enumerate(nets) for b in nets[i + 1:] if a.overlaps(b)]

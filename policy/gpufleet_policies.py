@@ -202,7 +202,8 @@ def no_public_ip_on_gpu_nodes(resource_type: str, props: Mapping[str, Any]) -> l
     elif resource_type == AWS_LAUNCH_TEMPLATE:
         public = any(_true(n.get("associatePublicIpAddress")) for n in props.get("networkInterfaces") or [])
     elif resource_type == GKE_NODE_POOL:
-        public = _get(props, "networkConfig", "enablePrivateNodes") is False
+        # Unset inherits the cluster's setting: a GPU node pool says private itself.
+        public = _get(props, "networkConfig", "enablePrivateNodes") is not True
     if public:
         return ["GPU nodes must not get public IP addresses; reach them through the management network"]
     return []

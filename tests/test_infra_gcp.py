@@ -261,13 +261,42 @@ def test_gke_pools_run_googles_driver_and_the_operator_without_its_own(plan: Off
                                                                             "system-cluster-critical"]
 
 
-def test_plan_says_the_driver_follows_gke_not_the_lock() -> None:
+def test_plan_and_lock_say_the_driver_follows_gke_not_the_lock() -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.lock import app
+
     code, out = STACK.plan_json()
     assert code == 0
     pool = next(p for p in out["cloud"]["pools"] if p["pool"] == "a3mega")
     lock = resolve_lock(STACK.spec())
     assert pool["driver"].startswith("Google's COS driver installer") and lock.driver in pool["driver"]
     assert "not the lock's" in pool["driver"]
+    shown = CliRunner().invoke(app, ["show", "--stack", STACK.name], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0
+    assert "driver on pool a3mega" in shown.output and "not the lock's" in shown.output
+    assert "driver_managed_by" in shown.output and " gke " in shown.output
+
+
+def test_bad_gcp_key_is_one_json_error_with_file_key_value_fix(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.plan import app
+
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:gcp"]["lustre_cidr"] = "10.48.0.0/30"
+
+    doc = STACK.config()
+    change(doc["config"])
+    path = tmp_path / "Pulumi.gcp-bad.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(app, ["--stack", str(path), "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    (err,) = json.loads(r.stdout)["errors"]
+    assert (err["file"], err["key"], err["value"]) == (str(path), "gpufleet:gcp.lustre_cidr", "10.48.0.0/30")
+    assert "/16 to /24" in err["message"] and err["fix"]
 
 
 @pytest.mark.parametrize(("change", "key", "why"), [

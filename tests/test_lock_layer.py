@@ -63,9 +63,10 @@ ALLOWED = (
 SCANNED = ("roles/", "ansible/", "gpufleet/", "molecule/shared/")
 #: NVIDIA's CUDA-repository package names (with an optional branch or flavour), Whamcloud's Lustre client's, and driver
 #: versions (3-digit branch,
-#: minor, optional patch: the lock's FORMATS["driver"]). A unit name (nvidia-fabricmanager.service) is not a package.
+#: minor, optional patch: the lock's FORMATS["driver"]). A unit name (nvidia-fabricmanager.service) is not a package,
+#: nor a directory of a URL (Google's .../nvidia-driver-installer/cos/... manifest in gpufleet/catalog/clouds.yaml).
 NAMES = re.compile(
-    r"(?<![\w-])(nvidia-(driver|dkms|kernel-source|kernel-common|utils|compute-utils|fabricmanager)"
+    r"(?<![\w/-])(nvidia-(driver|dkms|kernel-source|kernel-common|utils|compute-utils|fabricmanager)"
     r"|libnvidia-(compute|cfg1|common|nscq|container)|cuda-toolkit-\d+-\d+|cuda-drivers|libcudnn\d|libnccl(2|-dev)"
     r"|datacenter-gpu-manager|nvidia-container-toolkit|lustre-client-(utils|modules))(?!\.[a-z])")
 DRIVER = re.compile(r"(?<![\w.])(5[2-9]\d|6\d\d)\.\d{2,3}(\.\d{2})?(?![\w.])")
