@@ -135,6 +135,37 @@ def test_a3_ultra_gets_a_gvnic_vpc_and_one_roce_vpc_with_a_subnet_per_nic(tmp_pa
     assert GCP.gpudirect["rdma"].installers[0] in installers
 
 
+def _unknown_arguments(plan: OfflinePlan) -> list[str]:
+    """Argument names pulumi-gcp does not know: the SDK translates the ones it knows to the API's camelCase and
+    passes others on untouched (snake_case), where the mocks accept them and the real API would refuse them."""
+    out: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if "_" in key:
+                    out.append(f"{path}.{key}")
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, f"{path}[]")
+
+    for r in plan.resources:
+        if r.type.startswith("gcp:"):
+            walk(r.inputs, r.name)
+    return out
+
+
+def test_every_argument_is_one_pulumi_gcp_knows(plan: OfflinePlan, tmp_path: Path) -> None:
+    assert _unknown_arguments(plan) == []
+    ultra = STACK.variant(tmp_path, lambda c: gpu_pool(c).update(
+        instance_type="a3-ultragpu-8g", gpu="h200-sxm-141gb",
+        capacity={"type": "reservation", "reservation_id": "projects/example-ml-project/reservations/r1"})
+        or c["gpufleet:gcp"].update(private_endpoint=False, authorized_networks=["203.0.113.0/24"],
+                                    kubernetes_version="1.34"))
+    assert _unknown_arguments(evaluate_spec(ultra)) == []
+
+
 # --- networking ------------------------------------------------------------------------------------------
 
 
