@@ -133,6 +133,8 @@ def test_a3_ultra_gets_a_gvnic_vpc_and_one_roce_vpc_with_a_subnet_per_nic(tmp_pa
     assert "gcp-a3mega-rdma-gvnic-1-id" in rules and "gcp-a3mega-rdma-net-id" not in rules
     installers = [r.inputs["file"] for r in plan.of_type(CONFIG_FILE)]
     assert GCP.gpudirect["rdma"].installers[0] in installers
+    # GKE's compact placement does not list H200: no placement policy on A3 Ultra.
+    assert "placementPolicy" not in _gpu(plan)
 
 
 def _unknown_arguments(plan: OfflinePlan) -> list[str]:

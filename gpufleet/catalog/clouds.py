@@ -157,6 +157,8 @@ class GpuDirect(_Frozen):
     #: GKE node image the flavour is supported on, and who installs the NVIDIA driver there.
     image: Literal["COS_CONTAINERD", "UBUNTU_CONTAINERD"]
     driver: Literal["gke", "operator"]
+    #: Whether GKE's compact placement policy applies to the flavour's machine type (on-demand pools get it).
+    compact_placement: bool
     #: MTU of the GPU VPCs; None: the network profile decides.
     mtu: int | None = Field(ge=1300, le=8896)
     #: GKENetworkParamSet deviceMode of the GPU networks.

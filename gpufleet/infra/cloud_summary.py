@@ -58,8 +58,9 @@ def _gcp_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price 
     flavour = GCP.flavour(mt.name) if pool.fabric == "gpudirect" else None
     nics = f"{mt.gpu_nics} GPU NICs" + (f" + {mt.extra_gvnics} gVNIC" if mt.extra_gvnics else "")
     zone = spec.gcp.zone
-    placement = (f"compact placement, {zone}" if pool.capacity.type == "on-demand"
-                 else f"reservation {pool.capacity.reservation_id}, {zone}")
+    compact = GCP.gpudirect[mt.gpudirect].compact_placement if mt.gpudirect in GCP.gpudirect else True
+    placement = (f"reservation {pool.capacity.reservation_id}, {zone}" if pool.capacity.type != "on-demand"
+                 else f"compact placement, {zone}" if compact else f"zone {zone} (no compact placement for it)")
     return {
         "instance_type": mt.name, "gpus_per_node": mt.gpus, "gpu": mt.gpu,
         "fabric": f"{flavour.label}, {nics}" if flavour is not None else "none",

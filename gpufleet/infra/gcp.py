@@ -281,9 +281,10 @@ class GcpCluster(pulumi.ComponentResource):
                 labels[FABRIC_LABEL] = "gpudirect"
                 network_config["additional_node_network_configs"] = [
                     {"network": net["vpc"], "subnetwork": net["subnet"]} for net in self.extra_networks[mt.gpudirect]]
-            if pool.capacity.type == "on-demand":
+            flavour = GCP.gpudirect.get(mt.gpudirect)
+            if pool.capacity.type == "on-demand" and (flavour is None or flavour.compact_placement):
                 # Compact placement: the pool's VMs close together in the zone. A reservation's A3 capacity comes
-                # densely colocated already (Google's A3 blueprints set no policy there).
+                # densely colocated already (Google's A3 blueprints set no policy there); A3 Ultra has none.
                 extra["placement_policy"] = {"type": "COMPACT"}
         if mt is not None and mt.boot_disk is not None:
             node_config["disk_type"] = mt.boot_disk
