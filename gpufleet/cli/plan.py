@@ -6,16 +6,20 @@ import itertools
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.tree import Tree
 
 from gpufleet.cli.contract import contract, dumps
-from gpufleet.infra.offline import DISCLAIMER, OfflinePlan, PlannedResource
 from gpufleet.lock import Lock
 from gpufleet.spec import CLOUD_BACKENDS, ClusterSpec
+
+if TYPE_CHECKING:
+    # The Pulumi SDK (~0.2-0.3 CPU s to import) only for `gpufleet plan`: every other command (up, converge,
+    # drift) imports this module through the CLI and needs none of it.
+    from gpufleet.infra.offline import OfflinePlan, PlannedResource
 
 app = typer.Typer(add_completion=False)
 
@@ -58,6 +62,7 @@ def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str],
     releases = {r.inputs.get("chart"): r.inputs.get("values")
                 for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
     from gpufleet.infra.cloud_summary import cloud_summary
+    from gpufleet.infra.offline import DISCLAIMER
 
     return {
         "cloud": cloud_summary(spec, lock),
