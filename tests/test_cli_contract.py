@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 import typer
+from rich.table import Table
 
 from gpufleet.cli import app
-from gpufleet.cli.contract import dumps, is_wrapped
+from gpufleet.cli.contract import console_for, dumps, is_wrapped
 from gpufleet.errors import ConfigProblem, InputError
 
 
@@ -42,3 +43,17 @@ def test_error_json_shape() -> None:
     assert data["error"] == {"file": "f.yaml", "key": "gpufleet:x", "value": "nan", "message": "bad",
                              "fix": "fix it", "kind": "input error"}
     assert data["errors"] == [data["error"]]
+
+
+def test_console_into_a_pipe_is_wide_enough_for_tables() -> None:
+    # Under pytest stdout and stderr are not terminals: rich would assume 80 columns and cut plan's pool table
+    # ("a3-meg…"); every command's console comes from console_for.
+    assert console_for().width == 160
+    assert console_for(stderr=True).width == 160
+    table = Table("pool", "instance type", "nodes", "GPUs", "fabric", "placement", "capacity", "USD/h")
+    table.add_row("a3mega", "a3-megagpu-8g", "2 (max 2)", "16 (8 x h100-sxm5-80gb)", "GPUDirect-TCPXO, 8 GPU NICs",
+                  "compact placement, us-east4-a", "on-demand", "184.43")
+    con = console_for()
+    with con.capture() as cap:
+        con.print(table)
+    assert "a3-megagpu-8g" in cap.get() and "GPUDirect-TCPXO, 8 GPU NICs" in cap.get()

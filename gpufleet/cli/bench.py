@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import configparser
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.contract import contract, print_json
+from gpufleet.cli.contract import console_for, contract, print_json
 from gpufleet.errors import InputError
 
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = console_for()
 
 
 def shipped_forks() -> int:

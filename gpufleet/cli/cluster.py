@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.contract import contract
+from gpufleet.cli.contract import console_for, contract
 from gpufleet.errors import InputError
 from gpufleet.workflow import ResolvedStack, dump_json, resolve_stack, sandbox_report
 from gpufleet.workflow import converge as run_converge
 
 # Pipes and CI logs get a wide plain console, so tables are not squeezed to 80 columns.
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-out = Console(width=None if sys.stdout.isatty() else 160)
+console = console_for(stderr=True)
+out = console_for()
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+from rich.console import Console
 
 from gpufleet.errors import ConfigProblem, GpufleetError, InputError
 from gpufleet.parsers.errors import ParseError
@@ -30,6 +32,13 @@ JSON_PARAMS = ("json_out", "as_json")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def console_for(*, stderr: bool = False) -> Console:
+    """The console a command prints to: the terminal's width on a terminal; 160 columns into a pipe or file,
+    where rich would otherwise assume 80 and squeeze tables (plan's pool table, drift's findings)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 def dumps(data: Any, *, indent: int | None = 2) -> str:

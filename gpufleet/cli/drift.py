@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from gpufleet.cli.contract import contract
+from gpufleet.cli.contract import console_for, contract
 from gpufleet.drift import (
     DEFAULT_TEXTFILE,
     EXIT_ERROR,
@@ -35,7 +34,7 @@ from gpufleet.drift.runner import (
 from gpufleet.errors import InputError
 from gpufleet.workflow import resolve_stack
 
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+console = console_for(stderr=True)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.contract import contract, print_json
+from gpufleet.cli.contract import console_for, contract, print_json
 from gpufleet.inventory import inventory_dir
 from gpufleet.lock import VERSION_KEYS, Lock, load_lock, pool_driver, write_group_vars
 from gpufleet.lock.digest import DIGEST_FILE
@@ -40,7 +40,7 @@ def _origin(spec: ClusterSpec, key: str) -> str:
 def show(stack: StackOpt,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """Print the resolved lock (exit 1, listing every problem, when it breaks a rule)."""
-    console = Console()
+    console = console_for()
     spec, lock = _load(stack, console)
     if as_json:
         print_json(lock.model_dump(mode="json"))
@@ -68,7 +68,7 @@ def show(stack: StackOpt,
 def check(stack: StackOpt,
           as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """Check every compatibility rule; exit 0 when the lock is valid, 1 listing every problem."""
-    console = Console()
+    console = console_for()
     spec, lock = _load(stack, console)
     if as_json:
         print_json({"stack": spec.stack, "valid": True, "lock": lock.model_dump(mode="json")})
@@ -86,7 +86,7 @@ def render(stack: StackOpt,
 
     The fix that ansible/playbooks/lock_check.yml names when an inventory's lock variables were edited by hand.
     """
-    console = Console()
+    console = console_for()
     spec, lock = _load(stack, console)
     out = inventory if inventory is not None else inventory_dir(spec.stack)
     path = write_group_vars(lock, out)

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.tree import Tree
 
-from gpufleet.cli.contract import contract, dumps
+from gpufleet.cli.contract import console_for, contract, dumps
 from gpufleet.lock import Lock
 from gpufleet.spec import CLOUD_BACKENDS, ClusterSpec
 
@@ -202,4 +202,4 @@ def plan(stack: str = typer.Option(..., "--stack", "-s", help="stack name (stack
     if as_json:
         typer.echo(dumps(data))
     else:
-        _print(Console(), data)
+        _print(console_for(), data)

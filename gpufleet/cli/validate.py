@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.contract import contract, dumps, parse_failure
+from gpufleet.cli.contract import console_for, contract, dumps, parse_failure
 from gpufleet.errors import ConfigProblem, InputError
 from gpufleet.validation.bench import BenchVerdict
 from gpufleet.validation.health import NodeHealth
@@ -23,8 +22,8 @@ from gpufleet.validation.health import NodeHealth
 if TYPE_CHECKING:
     from gpufleet.workflow import ResolvedStack
 
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-out = Console(width=None if sys.stdout.isatty() else 160)
+console = console_for(stderr=True)
+out = console_for()
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Acceptance benchmarks: render nccl-tests jobs, gate their results.")
