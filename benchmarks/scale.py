@@ -486,11 +486,13 @@ class Bench:
     # -- sandbox plumbing
 
     def reset(self, co: Checkout) -> None:
-        """Remove the local stack's containers and the checkout's fact cache: the checkout starts from nothing."""
+        """Remove the local stack's containers and the checkout's fact and module payload caches
+        (gpufleet_ansiballz_cache, where the checkout has it): the checkout starts from nothing."""
         names = [name for name, _ in stack_containers()]
         if names:
             subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
-        subprocess.run(["rm", "-rf", str(co.path / ".cache" / "facts")], check=False)
+        subprocess.run(["rm", "-rf", str(co.path / ".cache" / "facts"), str(co.path / ".cache" / "ansiballz")],
+                       check=False)
         self.command(co, [str(co.bin / "python"), "-m", "gpufleet.sandbox.platform", "start"], n=0, op=None)
 
     def recreate_node(self, co: Checkout, host: str, n: int) -> None:
