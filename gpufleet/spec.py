@@ -191,7 +191,7 @@ PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 #: AKS node OS SKU Ubuntu2204 (the GPU Operator's driver container and the Azure Managed Lustre client both
 #: support Ubuntu 22.04). Google Cloud: the GKE node image COS_CONTAINERD (Container-Optimized OS, the only image
 #: Google's GPUDirect stacks support: the driver then comes from Google's installer, host_management gke) or
-#: UBUNTU_CONTAINERD (where the GPU Operator's driver container can run).
+#: UBUNTU_CONTAINERD (where the GPU Operator's driver container and the Ansible roles can run; gke_image).
 CLOUD_IMAGES = {
     "aws": r"^(eks-standard|ami-[0-9a-f]{8,17})$",
     "azure": r"^Ubuntu2204$",
@@ -207,6 +207,15 @@ RESERVATIONS = {
     "gcp": r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
 }
 RESERVATION = "^(" + "|".join(p.strip("^$") for p in RESERVATIONS.values()) + ")$"
+
+
+def gke_image(pool: NodePool) -> str:
+    """A GKE pool's node image: its own, else Ubuntu where the lock's driver is installed on the node (the GPU
+    Operator's driver container, the Ansible roles: both need Ubuntu), else COS (GKE's default)."""
+    if pool.image is not None:
+        return pool.image
+    lock_driver = pool.host_management == "ansible" or (pool.host_management == "operator" and pool.role == "gpu")
+    return "UBUNTU_CONTAINERD" if lock_driver else "COS_CONTAINERD"
 
 
 class Capacity(_Strict):
@@ -262,7 +271,8 @@ class NodePool(_Strict):
     image: str | None = Field(None, pattern=CLOUD_IMAGE, **_doc(
         "Cloud pools: the machine image. AWS: eks-standard (the EKS Amazon Linux 2023 AMI without NVIDIA "
         "driver; default) or your AMI by id (ami-...). Azure: Ubuntu2204 (default). Google Cloud: "
-        "COS_CONTAINERD (default) or UBUNTU_CONTAINERD.", "eks-standard"))
+        "COS_CONTAINERD or UBUNTU_CONTAINERD (the default for ansible pools and operator GPU pools).",
+        "eks-standard"))
     capacity: Capacity = Field(default_factory=Capacity, **_doc(
         "Cloud pools: on-demand, an On-Demand Capacity Reservation or a Capacity Block.",
         {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}))
@@ -544,6 +554,9 @@ class Gcp(_Strict):
         "API server on its private endpoint only (default); false also exposes the public one.", True))
     authorized_networks: list[str] = Field(default_factory=list, **_doc(
         "Addresses allowed to the API server (master authorized networks).", ["203.0.113.0/24"]))
+    ssh_user: str = Field("gpufleet", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", **_doc(
+        "User Ansible logs in as on nodes of host_management: ansible pools, with sudo: your OS Login POSIX "
+        "username (docs/clouds.md).", "alice_example_com"))
 
     @model_validator(mode="after")
     def _check(self) -> Gcp:
@@ -936,10 +949,6 @@ def _gcp_extra(spec: ClusterSpec, bad: Bad) -> None:
             bad(f"pools[{i}].image", pool.image, f"{flavour.label} on {pool.instance_type} runs on "
                 f"{flavour.image} node images only ({flavour.source})",
                 f"set image: {flavour.image} (or remove image)")
-        if pool.host_management == "ansible":
-            bad(f"pools[{i}].host_management", "ansible", "GKE node pools are not converged by Ansible here: "
-                "their image is Container-Optimized OS, read-only and without a package manager",
-                "set host_management: gke (GPUDirect machine types) or operator")
     flavours = {GCP.machine_types[p.instance_type].gpudirect for p in spec.gpu_pools
                 if p.fabric == "gpudirect" and p.instance_type in GCP.machine_types}
     if spec.gcp is not None and len(flavours) > 2 ** (20 - int(spec.gcp.gpu_cidr.split("/")[1])):
@@ -950,8 +959,10 @@ def _gcp_extra(spec: ClusterSpec, bad: Bad) -> None:
     if lustre is not None and version is not None and int(version.split(".")[1]) < 33:
         bad("gcp.kubernetes_version", version, "Managed Lustre on Lustre's port 988 needs GKE nodes of "
             f"1.33.2-gke.4655000 or later ({GCP.managed_lustre.network_source})", "set 1.34 or later, or remove it")
-    ubuntu = [p.name for p in spec.pools if p.image == "UBUNTU_CONTAINERD"
-              or (p.image is None and p.role == "gpu" and p.host_management == "operator")]
+    # The platform layer hands Managed Lustre to workloads as PVs of GKE's CSI driver, which runs on COS nodes
+    # only: an Ubuntu pool (operator or ansible) could not mount them (the lustre_client role is for on-prem MGS
+    # NIDs, not GKE PVs).
+    ubuntu = [p.name for p in spec.pools if gke_image(p) == "UBUNTU_CONTAINERD"]
     if lustre is not None and ubuntu:
         bad("storage.lustre", "{...}", f"GKE's Managed Lustre CSI driver runs on COS nodes only; pools "
             f"{', '.join(ubuntu)} are Ubuntu", "use host_management: gke (COS) for those pools, or no Lustre")

@@ -82,13 +82,17 @@ class CloudStack:
     def spec(self) -> ClusterSpec:
         return load_spec(self.name)
 
-    def variant(self, tmp_path: Path, change: Change, name: str | None = None) -> ClusterSpec:
-        """The stack with ``change`` applied to its config, loaded (and validated) from a file of its own."""
+    def variant_file(self, tmp_path: Path, change: Change, name: str | None = None) -> Path:
+        """The stack with ``change`` applied to its config, in a file of its own."""
         doc = self.config()
         change(doc["config"])
         path = tmp_path / f"Pulumi.{name or self.name + '-variant'}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        return load_spec(str(path))
+        return path
+
+    def variant(self, tmp_path: Path, change: Change, name: str | None = None) -> ClusterSpec:
+        """The stack with ``change`` applied to its config, loaded (and validated) from a file of its own."""
+        return load_spec(str(self.variant_file(tmp_path, change, name)))
 
     def plan(self) -> OfflinePlan:
         return evaluate_spec(self.spec())
@@ -120,11 +124,12 @@ class CloudStack:
         (backend,) = seen
         return backend, plan
 
-    def plan_json(self, *args: str) -> tuple[int, dict[str, Any]]:
-        """``gpufleet plan --stack <name> --json`` as the CLI runs it: exit code and the parsed output."""
+    def plan_json(self, *args: str, stack: str | Path | None = None) -> tuple[int, dict[str, Any]]:
+        """``gpufleet plan --stack <name> --json`` as the CLI runs it (``stack``: a variant's file instead): exit
+        code and the parsed output."""
         from gpufleet.cli.plan import app
 
-        r = CliRunner().invoke(app, ["--stack", self.name, "--json", *args])
+        r = CliRunner().invoke(app, ["--stack", str(stack or self.name), "--json", *args])
         return r.exit_code, json.loads(r.stdout)
 
     def without_sdk(self, monkeypatch: pytest.MonkeyPatch) -> None:

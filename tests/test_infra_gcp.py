@@ -86,7 +86,7 @@ def test_gpu_node_pool_taints_labels_and_image(plan: OfflinePlan) -> None:
     # TCPXO runs on COS only: Google's COS installer puts the driver there (host_management gke).
     assert node["imageType"] == "COS_CONTAINERD"
     assert node["resourceLabels"] == {"gpufleet-cluster": "gcp-a3mega", "gpufleet-pool": "a3mega",
-                                      "gpufleet-role": "gpu"}
+                                      "gpufleet-role": "gpu", "gpufleet-host-management": "gke"}
     assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
     assert node["serviceAccount"] == "gcp-a3mega-nodes@offline.iam.gserviceaccount.com"
 
@@ -337,8 +337,15 @@ def test_bad_gcp_key_is_one_json_error_with_file_key_value_fix(tmp_path: Path) -
      "gpufleet:pools[1].host_management", "runs on COS_CONTAINERD node images only"),
     (lambda c: gpu_pool(c).update(host_management="operator", fabric="none"), "gpufleet:storage.lustre",
      "runs on COS nodes only"),
-    (lambda c: gpu_pool(c).update(host_management="ansible"), "gpufleet:pools[1].host_management",
-     "not converged by Ansible"),
+    (lambda c: gpu_pool(c).update(host_management="ansible") or c.pop("gpufleet:storage"),
+     "gpufleet:pools[1].host_management", "runs on COS_CONTAINERD node images only"),
+    (lambda c: gpu_pool(c).update(host_management="ansible"), "gpufleet:storage.lustre", "runs on COS nodes only"),
+    (lambda c: gpu_pool(c).update(host_management="ansible", fabric="none", image="COS_CONTAINERD")
+     or c.pop("gpufleet:storage"), "gpufleet:pools[1].image", "Container-Optimized OS is read-only and has no "
+     "package manager"),
+    (lambda c: c["gpufleet:pools"][0].update(host_management="ansible", image="COS_CONTAINERD"),
+     "gpufleet:pools[0].image", "has no package manager"),
+    (lambda c: c["gpufleet:gcp"].update(ssh_user="Root User"), "gpufleet:gcp.ssh_user", "should match pattern"),
     (lambda c: gpu_pool(c).update(image="UBUNTU_CONTAINERD"), "gpufleet:pools[1].image",
      "runs on COS_CONTAINERD node images only"),
     (lambda c: gpu_pool(c).update(instance_type="a2-ultragpu-8g"), "gpufleet:pools[1].instance_type",
@@ -408,6 +415,128 @@ def test_gke_mode_only_on_google_cloud(tmp_path: Path) -> None:
         resolve_lock(spec.model_copy(update={"pools": pools}))
     assert [p.key for p in e.value.problems] == ["gpufleet:pools[1].host_management"]
     assert "gcp backend only" in e.value.problems[0].rule
+
+
+# --- host_management ansible: Ubuntu pools without GPUDirect, the gcp_compute inventory hand-off ------------
+
+
+def _ansible_pool(cfg: dict[str, Any]) -> None:
+    """The bundled stack's GPU pool converged by the Ansible roles: no GPUDirect (its COS-only stack), so Ubuntu,
+    and no Managed Lustre (GKE's driver for it is COS-only)."""
+    gpu_pool(cfg).update(host_management="ansible", fabric="none")
+    cfg.pop("gpufleet:storage")
+
+
+GCP_COMPUTE = {
+    "plugin": "google.cloud.gcp_compute",
+    "auth_kind": "application",
+    "projects": ["example-ml-project"],
+    "zones": ["us-east4-a"],
+    "filters": ["labels.gpufleet-cluster = gcp-a3mega", "labels.gpufleet-host-management = ansible",
+                "status = RUNNING"],
+    "hostnames": ["name"],
+    "compose": {"ansible_host": "networkInterfaces[0].networkIP", "gpufleet_pool": "labels['gpufleet-pool']"},
+    "keyed_groups": [{"key": "labels['gpufleet-pool']", "prefix": "pool", "separator": "_"},
+                     {"key": "labels['gpufleet-role']", "prefix": "", "separator": ""}],
+}
+
+
+def test_ansible_pool_runs_ubuntu_with_the_lock_driver_from_the_roles(tmp_path: Path) -> None:
+    spec = STACK.variant(tmp_path, _ansible_pool)
+    lock = resolve_lock(spec)
+    assert (lock.driver_managed_by, lock.toolkit_managed_by) == ("host", "host")
+    plan = evaluate_spec(spec)
+    node = _gpu(plan)["nodeConfig"]
+    assert node["imageType"] == "UBUNTU_CONTAINERD" and "gvnic" not in node
+    assert node["guestAccelerators"][0]["gpuDriverInstallationConfig"] == {"gpuDriverVersion": "INSTALLATION_DISABLED"}
+    # DKMS builds the roles' module unsigned: secure boot would refuse to load it.
+    assert node["shieldedInstanceConfig"] == {"enableSecureBoot": False, "enableIntegrityMonitoring": True}
+    assert node["resourceLabels"]["gpufleet-host-management"] == "ansible"
+    assert "networkConfig" in _gpu(plan) and "additionalNodeNetworkConfigs" not in _gpu(plan)["networkConfig"]
+    assert not plan.of_type("kubernetes:nvidia.com/v1alpha1:NVIDIADriver")
+    values = one(plan, RELEASE, "gpu-operator").inputs["values"]
+    assert values["driver"]["enabled"] is False and values["toolkit"]["enabled"] is False
+
+
+def test_ansible_pools_get_the_gcp_compute_inventory_plugin(tmp_path: Path) -> None:
+    from gpufleet.inputs import load_yaml
+    from gpufleet.inventory import write_inventory
+
+    spec = STACK.variant(tmp_path, _ansible_pool)
+    out = tmp_path / "inv"
+    write_inventory(spec, resolve_lock(spec), {}, out)
+    import yaml
+
+    # The plugin reads only files ending gcp_compute.yml (or gcp.yml).
+    assert yaml.safe_load((out / "gcp_compute.yml").read_text()) == GCP_COMPUTE
+    assert load_yaml(out / "group_vars" / "pool_a3mega" / "connection.yml") == {"ansible_user": "gpufleet",
+                                                                               "ansible_become": True}
+    assert not (out / "group_vars" / "pool_system" / "connection.yml").exists()
+    base = STACK.spec()
+    write_inventory(base, resolve_lock(base), {}, tmp_path / "inv2")
+    assert not (tmp_path / "inv2" / "gcp_compute.yml").exists()
+
+
+def _selects(filters: list[str], labels: dict[str, str]) -> bool:
+    """The plugin's filters (each an AND condition) on a node VM's GCE labels, as the Compute API applies them;
+    ``status = RUNNING`` holds for a running VM."""
+    for f in filters:
+        field, op, value = f.split(" ", 2)
+        assert op == "=", f
+        if field == "status":
+            assert value == "RUNNING"
+        else:
+            assert field.startswith("labels."), f
+            if labels.get(field.removeprefix("labels.")) != value:
+                return False
+    return True
+
+
+def test_inventory_filters_select_exactly_the_ansible_pools_node_vms(tmp_path: Path) -> None:
+    """The filters against the labels the backend declares on each node pool's VMs (resource_labels): only the
+    ansible pool's VMs of this cluster are selected, grouped as a static inventory would (pool_<name>, gpu)."""
+    from gpufleet.inventory.writer import dynamic_inventory
+
+    def change(cfg: dict[str, Any]) -> None:
+        _ansible_pool(cfg)
+        # A second GPU pool the GPU Operator manages: the filter must leave it to the operator.
+        cfg["gpufleet:pools"].append({**gpu_pool(cfg), "name": "plain", "host_management": "operator"})
+
+    spec = STACK.variant(tmp_path, change)
+    plugin = dynamic_inventory(spec)
+    assert plugin is not None
+    pools = {r.inputs["name"]: r.inputs["nodeConfig"]["resourceLabels"] for r in evaluate_spec(spec).of_type(POOL)}
+    assert set(pools) == {"system", "a3mega", "plain"}
+    assert [name for name, labels in pools.items() if _selects(plugin["filters"], labels)] == ["a3mega"]
+    other_cluster = {**pools["a3mega"], "gpufleet-cluster": "another-cluster"}
+    assert not _selects(plugin["filters"], other_cluster)
+    labels = pools["a3mega"]
+    groups = {g["prefix"] + g["separator"] + labels[g["key"].split("'")[1]] for g in plugin["keyed_groups"]}
+    assert groups == {"pool_a3mega", "gpu"}
+
+
+def test_plan_json_shows_the_gcp_compute_inventory_file(tmp_path: Path) -> None:
+    import yaml
+
+    code, out = STACK.plan_json(stack=STACK.variant_file(tmp_path, _ansible_pool))
+    assert code == 0, out
+    assert yaml.safe_load(out["inventory"]["gcp_compute.yml"]) == GCP_COMPUTE
+    assert "ansible_user: !unsafe 'gpufleet'" in out["inventory"]["group_vars/pool_a3mega/connection.yml"]
+    code, base = STACK.plan_json()
+    assert code == 0 and "gcp_compute.yml" not in base["inventory"]
+
+
+def test_ansible_and_gke_gpu_pools_do_not_mix(tmp_path: Path) -> None:
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:pools"].append({**gpu_pool(cfg), "name": "plain", "host_management": "ansible",
+                                      "fabric": "none"})
+        cfg.pop("gpufleet:storage")
+
+    with pytest.raises(ConfigError) as e:
+        resolve_lock(STACK.variant(tmp_path, change))
+    (problem,) = e.value.problems
+    assert problem.key == "gpufleet:pools[2].host_management" and "cluster-wide" in problem.rule
+    assert "the Ansible roles install it" in problem.rule
 
 
 # --- the platform layer gets the backend's provider -------------------------------------------------------

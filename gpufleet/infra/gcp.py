@@ -42,16 +42,18 @@ from pulumi_gcp import provider as gcp_provider
 from gpufleet.catalog.clouds import GCP, GcpMachineType, GpuDirect
 from gpufleet.infra.contract import BackendHandles, PoolHandle
 from gpufleet.infra.scheduling import FABRIC_LABEL, node_labels, node_taints
+from gpufleet.inventory.writer import GCP_CLUSTER_LABEL, GCP_HOSTS_LABEL, GCP_POOL_LABEL, GCP_ROLE_LABEL
 from gpufleet.lock import Lock
-from gpufleet.spec import ClusterSpec, Gcp, NodePool
+from gpufleet.spec import ClusterSpec, Gcp, NodePool, gke_image
 
 #: GKE spells taint effects in its API's enum.
 GKE_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 #: Node label that keeps GKE's own GPU device plugin off a node (the GPU Operator's runs there instead; NVIDIA's
 #: and Google's GPU Operator pages).
 NO_GKE_DEVICE_PLUGIN = "gke-no-default-nvidia-gpu-device-plugin"
-#: GCE labels (resource_labels) on every node VM: cluster, pool and role, as the other clouds' tags.
-CLUSTER_LABEL = "gpufleet-cluster"
+#: GCE labels (resource_labels) on every node VM: cluster, pool, role and host management, as the other clouds'
+#: tags; the gcp_compute inventory file filters and groups by them (one copy: gpufleet.inventory.writer).
+CLUSTER_LABEL = GCP_CLUSTER_LABEL
 #: One role instead of the default compute service account's Editor: what a GKE node needs
 #: (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent).
 NODE_ROLE = "roles/container.defaultNodeServiceAccount"
@@ -250,18 +252,22 @@ class GcpCluster(pulumi.ComponentResource):
         gpu = pool.role == "gpu"
         mt = GCP.machine_types.get(pool.instance_type or "")
         labels = node_labels(pool, operator_components=self.operator_components)
-        image = pool.image or ("UBUNTU_CONTAINERD" if pool.host_management == "operator" and gpu else "COS_CONTAINERD")
+        image = gke_image(pool)
+        ansible = pool.host_management == "ansible"
         node_config: dict[str, Any] = {
             "machine_type": pool.instance_type,
             "image_type": image,
             "service_account": self.node_account.email,
             "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
             "workload_metadata_config": {"mode": "GKE_METADATA"},
-            # Managed Lustre mounts on secure-boot nodes of GPU machine types only (its GKE limitations).
-            "shielded_instance_config": {"enable_secure_boot": gpu or self.spec.storage.lustre is None,
-                                         "enable_integrity_monitoring": True},
-            "resource_labels": {CLUSTER_LABEL: self.spec.cluster_name, "gpufleet-pool": pool.name,
-                                "gpufleet-role": pool.role},
+            # Managed Lustre mounts on secure-boot nodes of GPU machine types only (its GKE limitations). Ansible
+            # pools have no Managed Lustre (the stack refuses it) and their NVIDIA module is built by DKMS, unsigned:
+            # secure boot would refuse to load it.
+            "shielded_instance_config": {
+                "enable_secure_boot": not ansible and (gpu or self.spec.storage.lustre is None),
+                "enable_integrity_monitoring": True},
+            "resource_labels": {CLUSTER_LABEL: self.spec.cluster_name, GCP_POOL_LABEL: pool.name,
+                                GCP_ROLE_LABEL: pool.role, GCP_HOSTS_LABEL: pool.host_management},
             "taints": [{"key": t["key"], "value": t["value"], "effect": GKE_EFFECT[t["effect"]]}
                        for t in node_taints(pool)],
         }

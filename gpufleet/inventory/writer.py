@@ -92,14 +92,19 @@ POOL_TAG = "gpufleet.io/pool"
 ROLE_TAG = "gpufleet.io/role"
 
 
-#: Azure tags on every VM scale set of a pool (gpufleet.infra.azure): Azure tag names cannot hold "/".
-AZURE_CLUSTER_TAG = "gpufleet-cluster"
-AZURE_POOL_TAG = "gpufleet-pool"
-AZURE_ROLE_TAG = "gpufleet-role"
+#: Azure tags on every VM scale set of a pool (gpufleet.infra.azure) and GCE labels on every node VM of a pool
+#: (gpufleet.infra.gcp sets them as the node pool's resource_labels): Azure tag names cannot hold "/", GCE label
+#: keys are lower-case letters, digits, "-" and "_" only.
+AZURE_CLUSTER_TAG = GCP_CLUSTER_LABEL = "gpufleet-cluster"
+AZURE_POOL_TAG = GCP_POOL_LABEL = "gpufleet-pool"
+AZURE_ROLE_TAG = GCP_ROLE_LABEL = "gpufleet-role"
+#: GCE label naming who manages a node VM's host (the pool's host_management): the gcp_compute inventory keeps the
+#: VMs labelled ansible. One equality filter: the Compute API's filter has no "in" for a list of pools.
+GCP_HOSTS_LABEL = "gpufleet-host-management"
 #: The resource group AKS puts a cluster's scale sets in (gpufleet.infra.azure sets it by name).
 AZURE_NODE_GROUP = "{cluster}-nodes"
 #: The file name each dynamic-inventory plugin reads (it ignores files not ending so).
-PLUGIN_FILES = {"aws": "aws_ec2.yml", "azure": "azure_rm.yml"}
+PLUGIN_FILES = {"aws": "aws_ec2.yml", "azure": "azure_rm.yml", "gcp": "gcp_compute.yml"}
 
 
 def _groups(pool_key: str, role_key: str) -> list[dict[str, str]]:
@@ -142,14 +147,35 @@ def _azure_rm(spec: ClusterSpec, pools: list[str]) -> dict[str, Any]:
     }
 
 
-_PLUGINS = {"aws": _aws_ec2, "azure": _azure_rm}
+def _gcp_compute(spec: ClusterSpec, pools: list[str]) -> dict[str, Any]:
+    """GKE node VMs of this cluster whose pool is Ansible-managed, by the labels gpufleet.infra.gcp puts on every
+    node VM (each filter is an AND condition; the pools' label says ansible, so ``pools`` need not be listed).
+    Named by their VM name, which is the Kubernetes node name on GKE (the drain role's default); reached on their
+    private address (no node has a public one)."""
+    assert spec.gcp is not None
+    pool_label = f"labels['{GCP_POOL_LABEL}']"
+    return {
+        "plugin": "google.cloud.gcp_compute",
+        # The credentials `pulumi up` uses too: gcloud auth application-default login.
+        "auth_kind": "application",
+        "projects": [spec.gcp.project],
+        "zones": [spec.gcp.zone],
+        "filters": [f"labels.{GCP_CLUSTER_LABEL} = {spec.cluster_name}", f"labels.{GCP_HOSTS_LABEL} = ansible",
+                    "status = RUNNING"],
+        "hostnames": ["name"],
+        "compose": {"ansible_host": "networkInterfaces[0].networkIP", "gpufleet_pool": pool_label},
+        "keyed_groups": _groups(pool_label, f"labels['{GCP_ROLE_LABEL}']"),
+    }
+
+
+_PLUGINS = {"aws": _aws_ec2, "azure": _azure_rm, "gcp": _gcp_compute}
 
 
 def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
-    """The cloud's dynamic-inventory plugin file (``amazon.aws.aws_ec2``, ``azure.azcollection.azure_rm``) for a
-    cloud stack's Ansible-managed pools: autoscaled nodes have no fixed addresses, so Ansible finds them by the
-    pool tags, into the same groups a static inventory has (``pool_<name>``, ``gpu``/``system``). None when no
-    pool is Ansible-managed."""
+    """The cloud's dynamic-inventory plugin file (``amazon.aws.aws_ec2``, ``azure.azcollection.azure_rm``,
+    ``google.cloud.gcp_compute``) for a cloud stack's Ansible-managed pools: autoscaled nodes have no fixed
+    addresses, so Ansible finds them by the pool tags (GCE labels), into the same groups a static inventory has
+    (``pool_<name>``, ``gpu``/``system``). None when no pool is Ansible-managed."""
     pools = [p.name for p in spec.pools if p.host_management == "ansible"]
     if spec.backend not in _PLUGINS or getattr(spec, spec.backend) is None or not pools:
         return None
@@ -158,9 +184,11 @@ def dynamic_inventory(spec: ClusterSpec) -> dict[str, Any] | None:
 
 def cloud_connection_vars(spec: ClusterSpec) -> dict[str, Any]:
     """How Ansible reaches cloud nodes: Session Manager (amazon.aws.aws_ssm, no open port) or SSH (as the
-    stack's user, with sudo)."""
+    stack's user, with sudo; on Google Cloud the OS Login user, docs/clouds.md)."""
     if spec.azure is not None:
         return {"ansible_user": spec.azure.ssh_user, "ansible_become": True}
+    if spec.gcp is not None:
+        return {"ansible_user": spec.gcp.ssh_user, "ansible_become": True}
     if spec.aws is None:
         return {}
     if spec.aws.ansible_connection == "ssm":

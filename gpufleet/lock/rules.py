@@ -284,24 +284,25 @@ def rule_gke_driver(c: RuleContext) -> list[ConfigProblem]:
     """Who installs a GPU pool's driver must be able to there. ``gke`` (Google's COS driver installer) exists on
     Google Cloud only; Google's GPUDirect stacks run on Container-Optimized OS only, where the GPU Operator's
     driver container does not run (NVIDIA's GKE page) and Ansible has no package manager, so GPUDirect pools
-    need ``gke``; the operator's driver container needs Ubuntu; gke and operator pools do not mix, the operator's
-    driver directory being cluster-wide. A gke pool's driver follows the GKE node version, not the lock."""
+    need ``gke``; the operator's driver container and the Ansible roles need Ubuntu (a GKE pool of any role);
+    gke pools mix with neither operator nor ansible GPU pools, the GPU Operator's driver directory being
+    cluster-wide. A gke pool's driver follows the GKE node version, not the lock."""
     from gpufleet.catalog.clouds import GCP
+    from gpufleet.spec import gke_image
 
     out = []
     gke = [p.name for p in c.spec.gpu_pools if p.host_management == "gke"]
     for i, pool in enumerate(c.spec.pools):
-        if pool.role != "gpu":
-            continue
         manager = pool.host_management
-        if manager == "gke" and c.spec.backend != "gcp":
+        if manager == "gke" and c.spec.backend != "gcp" and pool.role == "gpu":
             out.append(c.pool_problem(i, pool, "host_management", manager, "gke (Google's COS driver installer) "
                                       "exists on the gcp backend only", "set host_management: operator or ansible"))
             continue
         if c.spec.backend != "gcp":
             continue
         flavour = GCP.flavour(pool.instance_type or "")
-        if manager != "gke" and pool.fabric == "gpudirect" and flavour is not None and flavour.driver == "gke":
+        if (pool.role == "gpu" and manager != "gke" and pool.fabric == "gpudirect" and flavour is not None
+                and flavour.driver == "gke"):
             out.append(c.pool_problem(
                 i, pool, "host_management", manager,
                 f"{flavour.label} ({pool.instance_type}) runs on {flavour.image} node images only, where the "
@@ -309,14 +310,22 @@ def rule_gke_driver(c: RuleContext) -> list[ConfigProblem]:
                 f"driver {c.lock.driver} ({flavour.source})",
                 "set host_management: gke (docs/clouds.md, 'Who manages the GPU software'), or fabric: none "
                 "for a pool without GPUDirect"))
+        elif manager == "ansible" and gke_image(pool) == "COS_CONTAINERD":
+            out.append(c.pool_problem(i, pool, "image", pool.image, "the Ansible roles install packages with "
+                                      "apt: Container-Optimized OS is read-only and has no package manager",
+                                      "set image: UBUNTU_CONTAINERD (or remove image), or host_management: "
+                                      + ("gke or operator" if pool.role == "gpu" else "operator")))
+        elif pool.role != "gpu":
+            continue
         elif manager == "operator" and pool.image == "COS_CONTAINERD":
             out.append(c.pool_problem(i, pool, "image", pool.image, "the GPU Operator's driver container does "
                                       "not run on Container-Optimized OS (NVIDIA's GKE page)",
                                       "set image: UBUNTU_CONTAINERD, or host_management: gke"))
-        elif manager == "operator" and gke:
+        elif manager in ("operator", "ansible") and gke:
+            mine = "the operator's" if manager == "operator" else "the host's (the Ansible roles install it in /)"
             out.append(c.pool_problem(
                 i, pool, "host_management", manager, f"the GPU Operator's driver directory is cluster-wide: "
-                f"pools {', '.join(gke)} (gke) need Google's, this pool the operator's",
+                f"pools {', '.join(gke)} (gke) need Google's, this pool {mine}",
                 "use one host_management for every GPU pool of the cluster"))
     return out
 
