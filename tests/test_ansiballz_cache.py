@@ -4,10 +4,16 @@ changed module never runs from an old payload (a real ansible-playbook run again
 
 from __future__ import annotations
 
+import base64
+import importlib.util
+import io
 import os
+import pickle  # nosec B403: reads the records this test's own run wrote
 import re
 import subprocess
 import sys
+import zipfile
+import zipimport
 from pathlib import Path
 
 from gpufleet import REPO_ROOT
@@ -150,3 +156,79 @@ def test_changed_module_utils_never_run_from_a_warm_cache(tmp_path: Path) -> Non
     (tmp_path / "module_utils" / "gpufleet_probe_util.py").write_text("VALUE = 'new'\n")
     assert _run(tmp_path, env) == ("new", 0, 1)
     assert len([p for p in (tmp_path / "cache").iterdir() if cache.KEY_RE.fullmatch(p.name)]) == 2
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
+    return out.getvalue()
+
+
+def _import_from(zip_data: bytes, tmp_path: Path, drop: str = "", patch: dict[str, bytes] | None = None) -> object:
+    """Import ``pkg.mod`` from ``zip_data`` written to a file (as AnsiballZ does), optionally without the member
+    ``drop`` or with members replaced; returns the module's VALUE."""
+    with zipfile.ZipFile(io.BytesIO(zip_data)) as zin:
+        members = {i.filename: zin.read(i) for i in zin.infolist() if i.filename != drop}
+    members.update(patch or {})
+    path = tmp_path / f"payload{len(list(tmp_path.iterdir()))}.zip"
+    path.write_bytes(_zip(members))
+    importer = zipimport.zipimporter(str(path))
+    namespace: dict[str, object] = {}
+    exec(importer.get_code("pkg/mod"), namespace)  # the test's own module
+    return namespace["VALUE"]
+
+
+def test_payload_bytecode_is_what_the_host_imports_and_never_stale(tmp_path: Path) -> None:
+    source = {"pkg/__init__.py": b"", "pkg/mod.py": b"VALUE = 'from source'\n", "pkg/py2.py": b"print 'x'\n",
+              "pkg/data.txt": b"not python\n"}
+    with_pyc = cache.add_bytecode(_zip(source))
+    names = zipfile.ZipFile(io.BytesIO(with_pyc)).namelist()
+    # A .pyc beside each .py that compiles (Python 2 syntax gets none: the host reports it as before).
+    assert sorted(n for n in names if n.endswith(".pyc")) == ["pkg/__init__.pyc", "pkg/mod.pyc"]
+    pyc = zipfile.ZipFile(io.BytesIO(with_pyc)).read("pkg/mod.pyc")
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b11
+    assert cache.add_bytecode(with_pyc) is with_pyc  # already has bytecode: untouched
+    # The importer takes the .pyc: with the source gone it still imports.
+    assert _import_from(with_pyc, tmp_path, drop="pkg/mod.py") == "from source"
+    # Never stale: a changed source beside the .pyc is what runs (its hash no longer matches).
+    assert _import_from(with_pyc, tmp_path, patch={"pkg/mod.py": b"VALUE = 'changed'\n"}) == "changed"
+    # A host on another Python (another magic number) compiles the source, as without bytecode.
+    other = b"\x00\x00" + pyc[2:]
+    assert _import_from(with_pyc, tmp_path, patch={"pkg/mod.pyc": other}) == "from source"
+
+
+def test_a_cache_entry_of_an_unknown_format_is_left_as_it_is(tmp_path: Path) -> None:
+    entry = tmp_path / "ansible.modules.x-ZIP_DEFLATED-none"
+    entry.write_bytes(b"not a pickle")
+    assert not cache.add_bytecode_to_entry(entry)
+    assert entry.read_bytes() == b"not a pickle"
+
+
+def _stored_members(cache_dir: Path) -> list[str]:
+    (entry,) = [p for p in cache_dir.glob("*/*") if "gpufleet_probe" in p.name]
+    record = pickle.loads(entry.read_bytes())  # ansible-core's record, written by this test's run
+    return zipfile.ZipFile(io.BytesIO(base64.b64decode(record.zip_data))).namelist()
+
+
+def test_stored_payloads_carry_bytecode_and_run(tmp_path: Path) -> None:
+    """A real run stores the probe's payload with bytecode (opt-out: bytecode false) and the next run uses it."""
+    _tree(tmp_path, {"library/gpufleet_probe.py": MODULE, "module_utils/gpufleet_probe_util.py": "VALUE = 'old'\n"})
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - gpufleet_probe: {}\n      register: probe\n"
+        "    - ansible.builtin.debug: {var: probe.value}\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default",
+           "ANSIBLE_LIBRARY": str(tmp_path / "library"), "ANSIBLE_MODULE_UTILS": str(tmp_path / "module_utils"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+           "ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR": str(tmp_path / "cache")}
+    assert _run(tmp_path, env) == ("old", 0, 1)
+    members = _stored_members(tmp_path / "cache")
+    assert "ansible/module_utils/basic.pyc" in members and "ansible/module_utils/gpufleet_probe_util.pyc" in members
+    assert _run(tmp_path, env) == ("old", 1, 0)
+    env["ANSIBLE_GPUFLEET_ANSIBALLZ_BYTECODE"] = "false"
+    env["ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR"] = str(tmp_path / "cache-off")
+    assert _run(tmp_path, env) == ("old", 0, 1)
+    assert not [m for m in _stored_members(tmp_path / "cache-off") if m.endswith(".pyc")]

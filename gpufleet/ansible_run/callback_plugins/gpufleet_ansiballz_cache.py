@@ -18,15 +18,31 @@ a payload is never reused after its sources changed; the least recently used key
 Enabled by ``cache_dir`` (ansible/ansible.cfg: ``[callback_gpufleet_ansiballz_cache] cache_dir``, relative to
 the ansible.cfg in use, or ``ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR``); unset or empty, it does nothing (Molecule,
 which writes its own ansible.cfg, runs without it). It needs no enabling: ansible loads it from the callback path.
+
+Stored payloads also carry bytecode: next to every ``.py`` in the payload's zip, a ``.pyc`` compiled by the
+controller's Python, in the hash-checked form of PEP 552. On the host, ansible imports the payload from its zip
+(zipimport), which can never write bytecode, so every module run compiled ``ansible.module_utils.basic`` and the
+rest from source: ~90 of the ~230 node CPU ms of a module run in the sandbox (docs/performance.md). zipimport
+takes a ``.pyc`` before the ``.py`` when its magic number is the host Python's and its source hash matches the
+``.py`` beside it; otherwise (a host on another Python minor version, a changed source) it compiles the source
+as before, so a payload with bytecode runs everywhere the one without does. Only hosts whose Python has the
+controller's minor version gain (the sandbox, or a controller run with the fleet's Python).
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import hashlib
+import importlib.util
+import io
+import marshal
 import os
+import pickle  # nosec B403: ansible-core's own cache format, in our own 0700 directory
 import re
 import shutil
 import sys
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +71,15 @@ options:
         key: cache_dir
     env:
       - name: ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR
+  bytecode:
+    description: Store payloads with the controller Python's bytecode next to their sources.
+    type: bool
+    default: true
+    ini:
+      - section: callback_gpufleet_ansiballz_cache
+        key: bytecode
+    env:
+      - name: ANSIBLE_GPUFLEET_ANSIBALLZ_BYTECODE
 """
 
 #: Key directories kept besides the current one (a checkout switching between branches reuses its payloads).
@@ -116,6 +141,68 @@ def source_roots(
     return [r for r in roots if r.is_dir()]
 
 
+#: PEP 552 flags of a hash-based .pyc that the importer checks against its source's hash.
+PYC_CHECKED_HASH = 0b11
+
+
+def pyc_bytes(source: bytes, filename: str) -> bytes:
+    """A hash-checked .pyc (PEP 552) of ``source`` for this Python: magic, flags, source hash, marshalled code."""
+    code = compile(source, filename, "exec", dont_inherit=True, optimize=0)
+    return (importlib.util.MAGIC_NUMBER + PYC_CHECKED_HASH.to_bytes(4, "little")
+            + importlib.util.source_hash(source) + marshal.dumps(code))
+
+
+def add_bytecode(zip_data: bytes) -> bytes:
+    """A payload zip (raw bytes) with a .pyc next to each .py that compiles; one that has bytecode is returned
+    as it is. A source that does not compile here keeps no .pyc (the host compiles it, or reports its error)."""
+    with zipfile.ZipFile(io.BytesIO(zip_data)) as zin:
+        infos = zin.infolist()
+        if any(i.filename.endswith(".pyc") for i in infos):
+            return zip_data
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as zout:
+            for info in infos:
+                data = zin.read(info)
+                zout.writestr(info, data)
+                if not info.filename.endswith(".py"):
+                    continue
+                try:
+                    pyc = pyc_bytes(data, info.filename)
+                except (SyntaxError, ValueError):
+                    continue
+                entry = zipfile.ZipInfo(info.filename + "c", info.date_time)
+                entry.compress_type = info.compress_type
+                zout.writestr(entry, pyc)
+    return out.getvalue()
+
+
+def _is_record(obj: object) -> bool:
+    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+
+
+def add_bytecode_to_entry(path: Path) -> bool:
+    """Rewrite one of ansible's cache entries (a pickled record whose ``zip_data`` is the base64 payload zip)
+    with bytecode in its zip. Anything unexpected leaves the entry as it is: returns whether it was rewritten."""
+    try:
+        with path.open("rb") as f:
+            entry: Any = pickle.load(f)  # nosec B301: written by ansible-core into our own cache directory
+        zip_b64 = getattr(entry, "zip_data", None)
+        if not _is_record(entry) or not isinstance(zip_b64, bytes):
+            return False
+        zip_data = base64.b64decode(zip_b64, validate=True)
+        with_pyc = add_bytecode(zip_data)
+        if with_pyc is zip_data:
+            return False
+        new = dataclasses.replace(entry, zip_data=base64.b64encode(with_pyc))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with tmp.open("wb") as f:
+            pickle.dump(new, f)
+        os.replace(tmp, path)
+    except Exception:  # a format this code does not know: keep ansible's entry untouched
+        return False
+    return True
+
+
 def _entries(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
@@ -147,13 +234,18 @@ def seed(key_dir: Path, run_cache: Path) -> int:
     return count
 
 
-def store(run_cache: Path, key_dir: Path) -> int:
-    """Copy the payloads this run built into the persistent key directory; returns the count."""
+def store(run_cache: Path, key_dir: Path, *, bytecode: bool = True) -> int:
+    """Copy the payloads this run built into the persistent key directory, with bytecode added to their zips
+    unless ``bytecode`` is false (the next run's hosts import instead of compiling); returns the count."""
     new = [e for e in _entries(run_cache) if not (key_dir / e.name).exists()]
     if new:
         key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for entry in new:
-        _copy(entry, key_dir / entry.name)
+        tmp = key_dir / f".{entry.name}.{os.getpid()}.new"
+        shutil.copyfile(entry, tmp)
+        if bytecode:
+            add_bytecode_to_entry(tmp)
+        os.replace(tmp, key_dir / entry.name)
     return len(new)
 
 
@@ -215,5 +307,5 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def v2_playbook_on_stats(self, stats: Any) -> None:
         if self._key_dir is None or self._run_cache is None:
             return
-        stored = store(self._run_cache, self._key_dir)
+        stored = store(self._run_cache, self._key_dir, bytecode=bool(self.get_option("bytecode")))
         self._display.vvv(f"gpufleet_ansiballz_cache: {stored} new payloads stored in {self._key_dir}")
