@@ -137,8 +137,9 @@ def _run(tmp_path: Path, env: dict[str, str]) -> tuple[str, int, int]:
     return value[1], int(seeded[1]), int(stored[1])
 
 
-def test_changed_module_utils_never_run_from_a_warm_cache(tmp_path: Path) -> None:
-    """Breaking-on-purpose: with the key left out (a fixed one), the second run below would report 'old'."""
+def _probe(tmp_path: Path) -> dict[str, str]:
+    """The probe module (VALUE 'old' from a module_utils file), its playbook, and the environment that runs it
+    with the cache at tmp_path/cache."""
     _tree(tmp_path, {"library/gpufleet_probe.py": MODULE, "module_utils/gpufleet_probe_util.py": "VALUE = 'old'\n"})
     (tmp_path / "pb.yml").write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
@@ -149,6 +150,12 @@ def test_changed_module_utils_never_run_from_a_warm_cache(tmp_path: Path) -> Non
            "ANSIBLE_LIBRARY": str(tmp_path / "library"), "ANSIBLE_MODULE_UTILS": str(tmp_path / "module_utils"),
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
            "ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR": str(tmp_path / "cache")}
+    return env
+
+
+def test_changed_module_utils_never_run_from_a_warm_cache(tmp_path: Path) -> None:
+    """Breaking-on-purpose: with the key left out (a fixed one), the second run below would report 'old'."""
+    env = _probe(tmp_path)
     # Cold: the probe's payload is built and stored.
     assert _run(tmp_path, env) == ("old", 0, 1)
     # Warm: the same sources run from the stored payload, nothing new to store.
@@ -214,16 +221,7 @@ def _stored_members(cache_dir: Path) -> list[str]:
 
 def test_stored_payloads_carry_bytecode_and_run(tmp_path: Path) -> None:
     """A real run stores the probe's payload with bytecode (opt-out: bytecode false) and the next run uses it."""
-    _tree(tmp_path, {"library/gpufleet_probe.py": MODULE, "module_utils/gpufleet_probe_util.py": "VALUE = 'old'\n"})
-    (tmp_path / "pb.yml").write_text(
-        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - gpufleet_probe: {}\n      register: probe\n"
-        "    - ansible.builtin.debug: {var: probe.value}\n")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default",
-           "ANSIBLE_LIBRARY": str(tmp_path / "library"), "ANSIBLE_MODULE_UTILS": str(tmp_path / "module_utils"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
-           "ANSIBLE_GPUFLEET_ANSIBALLZ_CACHE_DIR": str(tmp_path / "cache")}
+    env = _probe(tmp_path)
     assert _run(tmp_path, env) == ("old", 0, 1)
     members = _stored_members(tmp_path / "cache")
     assert "ansible/module_utils/basic.pyc" in members and "ansible/module_utils/gpufleet_probe_util.pyc" in members
