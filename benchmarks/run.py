@@ -68,11 +68,9 @@ def _versions() -> str:
     for cmd in (["docker", "version", "--format", "{{.Server.Version}}"], [sys.executable, "--version"]):
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         out.append(r.stdout.strip() or r.stderr.strip())
-    import ansible_runner  # type: ignore[import-untyped]
     from ansible.release import __version__ as ansible_version  # type: ignore[import-untyped]
 
-    return (f"docker {out[0]}, {out[1]}, ansible-core {ansible_version}, "
-            f"ansible-runner {getattr(ansible_runner, '__version__', '2.4.3')}")
+    return f"docker {out[0]}, {out[1]}, ansible-core {ansible_version}"
 
 
 def main() -> int:

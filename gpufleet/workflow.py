@@ -5,7 +5,6 @@ Each one checks the stack's lock first, so a bad setting stops the run before an
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -137,7 +136,3 @@ def sandbox_report(stack: ResolvedStack) -> list[NodeReport]:
         if not all(rep.persistence):
             rep.problems.append("persistence mode off on some GPUs")
     return reports
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False)

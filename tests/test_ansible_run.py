@@ -1,4 +1,4 @@
-"""gpufleet.ansible_run on recorded ansible-runner events (tests/fixtures/runner_events)."""
+"""gpufleet.ansible_run on recorded playbook events (tests/fixtures/runner_events, ansible-runner's event shape)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from gpufleet.ansible_run.display import plain_line, progress_table
 from gpufleet.ansible_run.events import ResultBuilder
 from gpufleet.ansible_run.recording import read_events, scrub_events
 from gpufleet.ansible_run.results import MAX_RES_STRING, trim_res
-from gpufleet.ansible_run.runner import cmdline_args, runner_env
+from gpufleet.ansible_run.runner import playbook_args, runner_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runner_events"
 
@@ -170,7 +170,7 @@ def test_skipped_role_play_and_action_fields() -> None:
 
 
 def test_tags_come_from_the_events() -> None:
-    # gpufleet's callback (gpufleet_task_tags) put them there, inherited ones included: the demo role is applied
+    # gpufleet's callback (gpufleet_events) put them there, inherited ones included: the demo role is applied
     # with tags: [demo_role] in site.yml, which its tasks' file never names.
     result = load("run")
     assert task(result, "node-b", "Write the host config").tags == ["config", "network"]
@@ -181,7 +181,7 @@ def test_tags_come_from_the_events() -> None:
 
 
 def test_tags_of_another_task_are_not_taken() -> None:
-    # An event can still carry the previous task's entry (callbacks run after ansible-runner's display).
+    # Recorded through ansible-runner, an event could still carry the previous task's entry.
     start = {"event": "runner_on_ok", "event_data": {
         "host": "h", "task": "t2", "task_uuid": "u2", "res": {},
         "task_tags": {"task_uuid": "u1", "tags": ["config"]}}}
@@ -434,10 +434,15 @@ def test_runner_env_and_cmdline(tmp_path: Path) -> None:
     assert (Path(env["PATH"].split(":")[0]) / "ansible-playbook").exists()
     # The caller's callbacks stay enabled next to gpufleet's.
     own = runner_env(tmp_path, {"ANSIBLE_CALLBACKS_ENABLED": "profile_tasks", "ANSIBLE_CALLBACK_PLUGINS": "/cb"})
-    assert own["ANSIBLE_CALLBACKS_ENABLED"] == "profile_tasks,gpufleet_task_tags"
+    assert own["ANSIBLE_CALLBACKS_ENABLED"] == "profile_tasks,gpufleet_events"
     assert own["ANSIBLE_CALLBACK_PLUGINS"] == f"/cb:{REPO_ROOT / 'gpufleet' / 'ansible_run' / 'callback_plugins'}"
-    assert cmdline_args(check=True, diff=True) == "--check --diff"
-    assert cmdline_args(check=False, diff=False) == ""
+    # One argument per value, no shell; extra vars only from a file.
+    args = playbook_args(Path("/p/site.yml"), Path("/i/hosts.yml"), limit="gpu-0,gpu-1", tags=["a", "b"],
+                         forks=7, extravars_file=Path("/d/env/extravars.json"), check=True, diff=True)
+    assert Path(args[0]).name == "ansible-playbook"
+    assert args[1:] == ["-i", "/i/hosts.yml", "--limit", "gpu-0,gpu-1", "--tags", "a,b", "--forks", "7",
+                        "--extra-vars", "@/d/env/extravars.json", "--check", "--diff", "/p/site.yml"]
+    assert playbook_args(Path("/p/site.yml"), Path("/i/hosts.yml"))[1:] == ["-i", "/i/hosts.yml", "/p/site.yml"]
 
 
 def test_run_playbook_refuses_missing_files(tmp_path: Path) -> None:
@@ -447,27 +452,31 @@ def test_run_playbook_refuses_missing_files(tmp_path: Path) -> None:
         run_playbook(FIXTURES / "site.yml", tmp_path / "missing.ini", live=False)
 
 
-class _FakeRunner:
-    """Stands in for ansible_runner.run: replays a recording through the event handler."""
+class _FakeAnsible:
+    """Stands in for ansible-playbook (runner._execute): replays a recording through the event handler."""
 
     def __init__(self, name: str) -> None:
         self.events = read_events(FIXTURES / f"{name}.jsonl")
         self.meta = json.loads((FIXTURES / f"{name}.meta.json").read_text())
+        self.args: list[str] = []
         self.kwargs: dict[str, Any] = {}
+        self.extravars: Any = None
 
-    def __call__(self, **kwargs: Any) -> Any:
-        self.kwargs = kwargs
+    def __call__(self, args: list[str], **kwargs: Any) -> int:
+        self.args, self.kwargs = args, kwargs
+        if "--extra-vars" in args:
+            self.extravars = json.loads(Path(args[args.index("--extra-vars") + 1][1:]).read_text())
+        (kwargs["artifacts"] / "stderr").write_text("")
         for e in self.events:
-            assert kwargs["event_handler"](e) is True
-        config = type("Config", (), {"artifact_dir": kwargs["private_data_dir"] + "/artifacts/x"})()
-        return type("Runner", (), {"rc": self.meta["rc"], "status": self.meta["status"], "config": config})()
+            assert kwargs["handle"](e) is True
+        return int(self.meta["rc"])
 
 
 def test_run_playbook_passes_options_and_shows_live_table(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    fake = _FakeRunner("check")
-    monkeypatch.setattr("gpufleet.ansible_run.runner.ansible_runner.run", fake)
+    fake = _FakeAnsible("check")
+    monkeypatch.setattr("gpufleet.ansible_run.runner._execute", fake)
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=True, color_system="standard")
     seen: list[str] = []
@@ -484,19 +493,25 @@ def test_run_playbook_passes_options_and_shows_live_table(
         console=console,
         on_event=lambda e: seen.append(e["event"]),
     )
-    kw = fake.kwargs
-    assert kw["playbook"] == str(FIXTURES / "site.yml")
-    assert (kw["cmdline"], kw["tags"], kw["limit"], kw["forks"], kw["quiet"]) == (
-        "--check --diff", "config,demo", "node-a,node-b", 7, True,
-    )  # fmt: skip
-    assert kw["extravars"] == {"workdir": "/w"}
-    assert kw["envvars"]["ANSIBLE_CONFIG"] == str(ANSIBLE_CFG)
-    assert kw["envvars"]["ANSIBLE_CALLBACKS_ENABLED"] == "gpufleet_task_tags"
-    assert kw["envvars"]["ANSIBLE_CALLBACK_PLUGINS"] == str(REPO_ROOT / "gpufleet" / "ansible_run" / "callback_plugins")
+    args, kw = fake.args, fake.kwargs
+    assert args[-1] == str(FIXTURES / "site.yml")
+    assert args[1:3] == ["-i", str((FIXTURES / "inventory.ini").resolve())]
+    assert "--check" in args and "--diff" in args
+    assert args[args.index("--tags") + 1] == "config,demo"
+    assert args[args.index("--limit") + 1] == "node-a,node-b"
+    assert args[args.index("--forks") + 1] == "7"
+    assert fake.extravars == {"workdir": "/w"}
+    assert kw["cwd"] == FIXTURES
+    assert kw["env"]["ANSIBLE_CONFIG"] == str(ANSIBLE_CFG)
+    assert kw["env"]["ANSIBLE_CALLBACKS_ENABLED"] == "gpufleet_events"
+    assert kw["env"]["ANSIBLE_CALLBACK_PLUGINS"] == str(REPO_ROOT / "gpufleet" / "ansible_run" / "callback_plugins")
+    assert kw["keep_events"] is None
+    # Facts are gathered afresh by every gpufleet run: the fact cache is the run's own.
+    assert kw["env"]["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(kw["artifacts"] / "fact_cache")
     assert len(seen) == len(fake.events)
     # A temp private data dir is removed again and not reported.
-    assert result.artifact_dir is None and not Path(kw["private_data_dir"]).exists()
-    assert result.check and result.ok and result.rc == 0
+    assert result.artifact_dir is None and not kw["artifacts"].exists()
+    assert result.check and result.ok and result.rc == 0 and result.status == "successful"
     assert [t.label for t in changes_by_host(result)["node-a"]] == ["Write the host config"]
     # Tags come with the (recorded) events.
     assert task(result, "node-a", "Write the host config").tags == ["config", "network"]
@@ -508,7 +523,8 @@ def test_run_playbook_passes_options_and_shows_live_table(
 
 
 def test_run_playbook_plain_lines_without_terminal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("gpufleet.ansible_run.runner.ansible_runner.run", _FakeRunner("run"))
+    fake = _FakeAnsible("run")
+    monkeypatch.setattr("gpufleet.ansible_run.runner._execute", fake)
     out = io.StringIO()
     result = run_playbook(
         FIXTURES / "site.yml",
@@ -527,17 +543,29 @@ def test_run_playbook_plain_lines_without_terminal(monkeypatch: pytest.MonkeyPat
     assert sum(1 for line in lines if line.startswith("node-")) >= 15
     assert lines[-1] == ("FAILED: failed on node-b; unreachable: node-c; rc=4; 3 hosts, 5 task(s) changed; "
                          "rerun them: --limit node-b,node-c")
-    assert result.artifact_dir == str((tmp_path / "pdd").resolve() / "artifacts" / "x")
+    assert result.status == "failed" and "--extra-vars" not in fake.args
+    assert result.artifact_dir == str(fake.kwargs["artifacts"])
+    assert Path(result.artifact_dir).parent == (tmp_path / "pdd").resolve() / "artifacts"
 
 
 def test_run_playbook_quiet_mode_prints_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpufleet.ansible_run.runner.ansible_runner.run", _FakeRunner("run"))
+    monkeypatch.setattr("gpufleet.ansible_run.runner._execute", _FakeAnsible("run"))
     out = io.StringIO()
     result = run_playbook(
         FIXTURES / "site.yml", FIXTURES / "inventory.ini", live=False, console=Console(file=out)
     )
     assert out.getvalue() == ""
     assert result.rc == 4 and result.failed_hosts == ["node-b"]
+
+
+def test_what_ansible_says_on_stderr_is_the_log_tail(tmp_path: Path) -> None:
+    # A real ansible-playbook that fails before its first play: no events, the error from stderr.
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- hosts: all\n  tasks:\n    - ansible.builtin.nosuchmodule: {}\n")
+    result = run_playbook(bad, FIXTURES / "inventory.ini", live=False, private_data_dir=tmp_path / "pdd")
+    assert result.rc != 0 and result.status == "failed" and not result.tasks
+    assert any("nosuchmodule" in line for line in result.log_tail)
+    assert not result.ok
 
 
 def test_a_module_s_notice_reaches_the_summary_text_and_json_from_its_result_not_its_task_name() -> None:
@@ -561,3 +589,19 @@ def test_a_module_s_notice_reaches_the_summary_text_and_json_from_its_result_not
     text = _render(summary(result), width=200)
     assert line in text and text.index(line) < text.index("OK: 2 hosts")
     assert build_result(events[1:], rc=0, status="successful").to_json()["notices"] == []
+
+
+def test_the_callback_and_the_reader_agree_on_their_names() -> None:
+    # The callback runs inside ansible-playbook (also where gpufleet is not installed, e.g. AWX), so it names the
+    # variable and the tags key itself; this pins both to the reader's.
+    import importlib.util
+
+    from gpufleet.ansible_run import runner
+    from gpufleet.ansible_run.events import TAGS_KEY
+
+    spec = importlib.util.spec_from_file_location("gpufleet_events", runner.CALLBACK_DIR / "gpufleet_events.py")
+    assert spec and spec.loader
+    callback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(callback)
+    assert (callback.FD_ENV, callback.TAGS_KEY) == (runner.EVENT_FD_ENV, TAGS_KEY)
+    assert callback.CallbackModule.CALLBACK_NAME in runner.CALLBACKS

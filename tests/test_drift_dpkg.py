@@ -78,7 +78,7 @@ def test_an_interrupted_install_is_a_finding_of_its_own_and_drains_the_driver_no
 
 
 def _event(role: str, uuid: str, line: int, action: str, res: dict[str, object]) -> dict[str, object]:
-    # What ansible-runner sends for a task of the shared install path imported by a package role: the path is
+    # What the events carry for a task of the shared install path imported by a package role: the path is
     # the shared file's, the role and the uuid are the importing role's.
     return {"event": "runner_on_ok", "event_data": {
         "host": "gpu-0", "play": "GPU nodes", "role": role, "task": "Hold the packages", "task_uuid": uuid,

@@ -1,5 +1,5 @@
-"""gpufleet drift names a missing Lustre mount: the lustre_client role's ansible.posix.mount loop, as ansible-runner
-reports it in a check-mode run (item events, then the task's result with every item's), becomes one finding per
+"""gpufleet drift names a missing Lustre mount: the lustre_client role's ansible.posix.mount loop, as the events
+report it in a check-mode run (item events, then the task's result with every item's), becomes one finding per
 mount that would change, named by its path, source and options."""
 
 from __future__ import annotations

@@ -109,6 +109,13 @@ def test_holds_and_sysctls_name_their_items() -> None:
     assert messages(release)[1] == ["libnccl2: held at 2.26.2-1+cuda12.8, released to move to the locked version"]
     sysctl = _task("ansible.posix.sysctl", {}, items=[ItemResult("vm.max_map_count=1048576", "changed", True)])
     assert messages(sysctl)[1] == ["sysctl vm.max_map_count differs, expected 1048576"]
+    # host_tuning's one-call module: the settings that differ (file or running value), as the loop said them.
+    settings = [{"name": "vm.max_map_count", "value": "1048576", "changed": True, "file": True, "running": False},
+                {"name": "kernel.numa_balancing", "value": "0", "changed": False, "file": False, "running": False}]
+    one = _task("sysctl_settings", {"settings": settings, "file_changed": True})
+    assert messages(one)[:2] == ("sysctl", ["sysctl vm.max_map_count differs, expected 1048576"])
+    foreign = _task("sysctl_settings", {"settings": settings[1:], "file_changed": True}, task="Set the kernel settings")
+    assert messages(foreign)[1] == ["sysctl file: Set the kernel settings: lines other than the settings"]
 
 
 def test_unknown_tasks_fall_back_to_name_and_message() -> None:

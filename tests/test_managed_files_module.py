@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Any
 
 MODULE = Path(__file__).resolve().parents[1] / "ansible" / "library" / "managed_files.py"
+#: Runs a module file as ansible would, with ansible.cfg's module_utils path (ansible.module_utils.gpufleet_*).
+RUN_MODULE = (
+    "import runpy, sys, ansible.module_utils as m\n"
+    f"m.__path__.append({str(Path(__file__).resolve().parents[1] / 'ansible' / 'module_utils')!r})\n"
+    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
+)
 USER = pwd.getpwuid(os.getuid()).pw_name
 GROUP = grp.getgrgid(os.getgid()).gr_name
 
@@ -21,8 +27,8 @@ def run(files: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
         f.setdefault("owner", USER)
         f.setdefault("group", GROUP)
     payload = {"ANSIBLE_MODULE_ARGS": {"files": files, "_ansible_check_mode": check, "_ansible_diff": True}}
-    proc = subprocess.run([sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run([sys.executable, "-c", RUN_MODULE, str(MODULE)], input=json.dumps(payload),
+                          capture_output=True, text=True, check=False)
     return dict(json.loads(proc.stdout))
 
 

@@ -73,10 +73,11 @@ changed_files:
 import grp
 import os
 import pwd
-import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible.module_utils.gpufleet_files import inspect, write
 
 
 def desired_ids(module: AnsibleModule, spec: dict[str, Any]) -> tuple[int, int, int]:
@@ -90,41 +91,6 @@ def desired_ids(module: AnsibleModule, spec: dict[str, Any]) -> tuple[int, int, 
     except KeyError as exc:
         module.fail_json(msg=f"managed_files: {spec['dest']}: unknown owner or group ({exc}). Fix: create it first.")
     return mode, uid, gid
-
-
-def inspect(path: str) -> tuple[bytes | None, os.stat_result | None]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None, None
-    with open(path, "rb") as fh:
-        return fh.read(), st
-
-
-def make_parents(path: str) -> None:
-    parent = os.path.dirname(path)
-    missing = []
-    while parent and not os.path.isdir(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
-    for d in reversed(missing):
-        os.mkdir(d, 0o755)
-        os.chmod(d, 0o755)
-
-
-def write(path: str, data: bytes, mode: int, uid: int, gid: int) -> None:
-    make_parents(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".gpufleet.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chown(tmp, uid, gid)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main() -> None:

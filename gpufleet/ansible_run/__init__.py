@@ -1,4 +1,4 @@
-"""ansible-runner integration: live per-host progress, closing summary, machine-readable result.
+"""Playbook runs: live per-host progress, closing summary, machine-readable result.
 
 Every playbook (converge, drift check, remediation) runs through ``run_playbook``. Events are folded
 by ``build_result``/``ResultBuilder`` (pure, testable on recorded events); the JSON keys of

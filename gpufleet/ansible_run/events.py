@@ -1,10 +1,11 @@
-"""Fold ansible-runner events into a RunResult.
+"""Fold playbook events (ansible-runner's event shape, written by gpufleet_events) into a RunResult.
 
 The same fold drives the live display (event by event) and the final result, so what the
 operator watched and what the JSON summary says cannot disagree. Event names and their
 ``event_data`` keys are those of ansible-runner's ``awx_display`` callback (ansible-runner 2.4.3,
-``ansible_runner/display_callback/callback/awx_display.py``); the counting follows ansible-core's
-``StrategyBase._process_pending_results``, so the counters match PLAY RECAP even before
+``ansible_runner/display_callback/callback/awx_display.py``), which gpufleet's own callback
+(callback_plugins/gpufleet_events.py) writes since gpufleet stopped running playbooks through ansible-runner;
+the counting follows ansible-core's ``StrategyBase._process_pending_results``, so the counters match PLAY RECAP even before
 ``playbook_on_stats`` arrives.
 """
 
@@ -40,7 +41,7 @@ _LOG_EVENTS = frozenset({"verbose", "error", "warning", "deprecated", "system_wa
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOG_TAIL_LINES = 20
 
-#: event_data key under which gpufleet's callback (callback_plugins/gpufleet_task_tags.py) puts a task's tags:
+#: event_data key under which gpufleet's callback (callback_plugins/gpufleet_events.py) puts a task's tags:
 #: ``{"task_uuid": ..., "tags": [...]}``.
 TAGS_KEY = "task_tags"
 
@@ -297,7 +298,7 @@ def build_result(
     status: str = "unknown",
     check: bool = False,
 ) -> RunResult:
-    """RunResult from a stream of ansible-runner events (live or recorded).
+    """RunResult from a stream of playbook events (live or recorded).
 
     ``rc``/``status`` come from the runner, not from events; left at their defaults the result is
     never ``ok``. A task's tags come from its events' ``task_tags`` (added by gpufleet's callback plugin,

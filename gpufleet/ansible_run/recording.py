@@ -1,4 +1,4 @@
-"""Save ansible-runner event streams as stable JSON lines (test fixtures, bug reports).
+"""Save playbook event streams as stable JSON lines (test fixtures, bug reports).
 
 Two recordings of the same playbook differ in uuids, timestamps, pids, temp paths and colours;
 ``scrub_events`` removes or normalises those so a re-recording only shows real changes:

@@ -5,7 +5,7 @@
     schema      1
     ok          bool: rc == 0 and no host failed or was unreachable
     rc          ansible-playbook's exit status (-1 when it never ran)
-    status      ansible-runner's status: successful | failed | timeout | canceled | unknown
+    status      the run's status: successful | failed (ansible-playbook's exit status) | unknown
     check       bool: the run was --check (``changed`` then means "would change")
     verdict     the closing one-line verdict, as printed
     hosts       {host: {ok, changed, failed, skipped, unreachable, rescued, ignored, state}}
@@ -197,7 +197,7 @@ class RunResult:
     #: True once playbook_on_stats arrived, i.e. ansible finished the playbook.
     finished: bool = False
     log_tail: list[str] = field(default_factory=list)
-    #: ansible-runner's artifact folder when the caller kept the private data dir.
+    #: The run's artifact folder (ansible's stdout and stderr, events.jsonl) when the caller kept the private data dir.
     artifact_dir: str | None = None
     #: Data the playbook reported with ``set_stats`` (aggregated over hosts), from playbook_on_stats.
     custom_stats: dict[str, Any] = field(default_factory=dict)

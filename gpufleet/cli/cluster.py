@@ -8,14 +8,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gpufleet.cli.contract import console_for, contract
+from gpufleet.cli.contract import console_for, contract, print_json
 from gpufleet.errors import InputError
-from gpufleet.workflow import ResolvedStack, dump_json, resolve_stack, sandbox_report
+from gpufleet.workflow import ResolvedStack, resolve_stack, sandbox_report
 from gpufleet.workflow import converge as run_converge
 
 # Pipes and CI logs get a wide plain console, so tables are not squeezed to 80 columns.
 console = console_for(stderr=True)
-out = console_for()
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (stacks/Pulumi.<stack>.yaml) or path.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON summary on stdout.")]
@@ -45,7 +44,7 @@ def up(stack: StackOpt = "local", json_out: JsonOpt = False,
             raise InputError.one("pulumi", message, fix, kind="missing tool") from None
         result = run_converge(resolved, console=console)
         if json_out:
-            out.print_json(dump_json({"stack": spec.stack, "converge": result.to_json()}))
+            print_json({"stack": spec.stack, "converge": result.to_json()})
         raise typer.Exit(0 if result.ok else 1)
 
     from gpufleet.sandbox import cluster, platform
@@ -64,8 +63,8 @@ def up(stack: StackOpt = "local", json_out: JsonOpt = False,
     console.print(f"{'[green]ready[/green]' if result.ok and healthy else '[red]not ready[/red]'}: "
                   f"{changed} changed tasks, {elapsed:.0f}s. Inventory: inventories/{spec.stack}/hosts.yml")
     if json_out:
-        out.print_json(dump_json({"stack": spec.stack, "elapsed_s": round(elapsed, 1), "changed": changed,
-                                  "converge": result.to_json(), "nodes": [r.to_json() for r in reports]}))
+        print_json({"stack": spec.stack, "elapsed_s": round(elapsed, 1), "changed": changed,
+                    "converge": result.to_json(), "nodes": [r.to_json() for r in reports]})
     raise typer.Exit(0 if result.ok and healthy else 1)
 
 
@@ -100,7 +99,7 @@ def status(stack: StackOpt = "local", json_out: JsonOpt = False) -> None:
     """Show the sandbox nodes and what their GPUs report."""
     reports = sandbox_report(_resolve(stack))
     if json_out:
-        out.print_json(dump_json([r.to_json() for r in reports]))
+        print_json([r.to_json() for r in reports])
     else:
         _print_nodes(reports)
     raise typer.Exit(0 if all(not r.problems for r in reports) else 1)
@@ -114,7 +113,7 @@ def converge(stack: StackOpt = "local",
     """Run ansible/site.yml against the stack's inventory with live per-host progress."""
     result = run_converge(_resolve(stack), limit=limit, check=check, diff=diff, console=console)
     if json_out:
-        out.print_json(dump_json(result.to_json()))
+        print_json(result.to_json())
     raise typer.Exit(0 if result.ok else 1)
 
 

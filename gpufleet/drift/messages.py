@@ -30,7 +30,7 @@ _SERVICE_ACTIONS = frozenset({
     "ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service",
     "systemd_service", "systemd", "service",
 })
-_SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl"})
+_SYSCTL_ACTIONS = frozenset({"ansible.posix.sysctl", "sysctl", "sysctl_settings"})
 # dpkg_hold is the project's one-call module (ansible/library); dpkg_selections loops come from users' own roles.
 _HOLD_ACTIONS = frozenset({"ansible.builtin.dpkg_selections", "dpkg_selections", "dpkg_hold"})
 _MOUNT_ACTIONS = frozenset({"ansible.posix.mount", "mount"})
@@ -333,6 +333,23 @@ def hold_messages(task: TaskResult, res: Mapping[str, Any], state: PackageStates
     return out
 
 
+def sysctl_messages(task: TaskResult, res: Mapping[str, Any]) -> list[str]:
+    """One line per setting that differs: the sysctl_settings module's ``settings`` (file or running value), or
+    ansible.posix.sysctl's loop items (``name=value`` labels)."""
+    settings = res.get("settings")
+    if isinstance(settings, list):
+        changed = [s for s in settings if isinstance(s, Mapping) and s.get("changed")]
+        lines = [f"sysctl {s.get('name')} differs, expected {s.get('value')}" for s in changed]
+        if not lines and res.get("file_changed"):
+            lines = [f"sysctl file: {task.task}: lines other than the settings"]
+        return lines or [f"sysctl: {task.task}"]
+    lines = []
+    for label in (i.item for i in task.items if i.changed):
+        name, _, want = label.partition("=")
+        lines.append(f"sysctl {name} differs, expected {want}" if want else f"sysctl {name} differs")
+    return lines or [f"sysctl: {task.task}"]
+
+
 def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
              state: PackageStates | None = None) -> tuple[Kind, list[str], str]:
     """(kind, lines, diff text) for one task that would change. ``raw`` is the untrimmed module result,
@@ -360,11 +377,7 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
     if kind == "service":
         return kind, [service_message(task, res)], ""
     if kind == "sysctl":
-        lines = []
-        for label in (i.item for i in task.items if i.changed):
-            name, _, want = label.partition("=")
-            lines.append(f"sysctl {name} differs, expected {want}" if want else f"sysctl {name} differs")
-        return kind, lines or [f"sysctl: {task.task}"], ""
+        return kind, sysctl_messages(task, res), ""
     if kind == "mount":
         return kind, mount_messages(res) or [f"{task.task}: mounts differ"], ""
     if kind == "reboot":

@@ -1,1 +1,1 @@
-"""Ansible callback plugins gpufleet adds to every ansible-runner run (gpufleet.ansible_run.runner.runner_env)."""
+"""Ansible callback plugins gpufleet adds to every playbook run (gpufleet.ansible_run.runner.runner_env)."""

@@ -1,0 +1,1 @@
+../../gpufleet/module_utils/files.py
