@@ -225,7 +225,9 @@ def run_playbook(
             extravars_file.write_text(json.dumps(dict(extravars)), encoding="utf-8")
         args = playbook_args(playbook, inventory.resolve(), limit=limit, extravars_file=extravars_file,
                              check=check, diff=diff, tags=tags, forks=forks)
-        env = {**os.environ, **runner_env(pdd, envvars, fact_cache=artifacts / "fact_cache")}
+        # Callbacks the operator enabled in the environment (profile_tasks, ...) stay enabled next to ours.
+        own = {k: os.environ[k] for k in ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CALLBACKS_ENABLED") if k in os.environ}
+        env = {**os.environ, **runner_env(pdd, {**own, **(envvars or {})}, fact_cache=artifacts / "fact_cache")}
 
         def execute() -> int:
             keep = (artifacts / "events.jsonl").open("w", encoding="utf-8") if private_data_dir is not None else None
