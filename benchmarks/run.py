@@ -68,7 +68,7 @@ def _versions() -> str:
     for cmd in (["docker", "version", "--format", "{{.Server.Version}}"], [sys.executable, "--version"]):
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         out.append(r.stdout.strip() or r.stderr.strip())
-    from ansible.release import __version__ as ansible_version  # type: ignore[import-untyped]
+    from ansible.release import __version__ as ansible_version
 
     return f"docker {out[0]}, {out[1]}, ansible-core {ansible_version}"
 

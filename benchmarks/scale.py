@@ -223,9 +223,62 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             f"| {_f(d['tasks_per_gpu_node'], '.0f')} | {_f(d['module_runs_per_gpu_node'], '.0f')} "
             f"| {'-' if r['changed'] is None else r['changed']} | {r['load_start']:.2f}→{r['load_end']:.2f} "
             f"| {r['rc']} |")
+    goals = goal_ratios(doc)
+    if goals:
+        lines += ["", "Issue 17's goals at N = 1: medians of the runs above, after / before, measured in this run.", "",
+                  "| goal | before | after | after / before | target |", "|---|---:|---:|---:|---|"]
+        lines += [f"| {g['goal']} | {g['before']:.2f} | {g['after']:.2f} | {_f(g['ratio'], '.2f')} | {g['target']} |"
+                  for g in goals]
     if doc.get("notes"):
         lines += ["", *[f"- {n}" for n in doc["notes"]]]
     return "\n".join(lines) + "\n"
+
+
+#: Issue 17's goals: (what, operation at N = 1, figure, target). The no-op-versus-fresh goal is a ratio within
+#: one checkout, listed with both checkouts' values.
+GOALS: tuple[tuple[str, str, str, str], ...] = (
+    ("controller CPU s per host, no-op converge", "no-op converge (site.yml)", "ctrl_per_host", "<= 0.50"),
+    ("controller CPU s per host, drift check", "drift", "ctrl_per_host", "<= 0.50"),
+    ("node CPU s per host, no-op converge", "no-op converge (site.yml)", "node_per_host", "<= 0.50"),
+    ("nvidia_driver role no-op rerun, wall s", "nvidia_driver role alone, no-op rerun", "wall", "<= 0.50"),
+)
+
+
+def _figure(m: Mapping[str, Any], figure: str) -> float | None:
+    d = m["derived"]
+    value = {"ctrl_per_host": d.get("controller_cpu_per_host_s"), "node_per_host": d.get("node_cpu_per_host_s"),
+             "wall": m.get("wall_s")}[figure]
+    return float(value) if isinstance(value, int | float) else None
+
+
+def goal_ratios(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Issue 17's goals from a bench with an ``after`` and a ``before`` checkout: the median of each figure at
+    N = 1 (an operation measured several times: ``--first-size-repeat``, ``--driver-repeat``), and their ratio."""
+    labels = {m["checkout"] for m in doc["measurements"]}
+    if not {"after", "before"} <= labels:
+        return []
+
+    def median(label: str, op: str, figure: str) -> float | None:
+        values = [v for m in doc["measurements"]
+                  if m["checkout"] == label and m["n"] == 1 and m["rc"] in (0, 2) and m["op"].startswith(op)
+                  and (v := _figure(m, figure)) is not None]
+        return statistics.median(values) if values else None
+
+    out = []
+    for goal, op, figure, target in GOALS:
+        before, after = median("before", op, figure), median("after", op, figure)
+        if before and after is not None:
+            out.append({"goal": goal, "before": before, "after": after, "ratio": after / before, "target": target})
+    within: dict[str, float] = {}
+    for label in ("before", "after"):
+        fresh = median(label, "fresh converge of one GPU node", "wall")
+        noop = median(label, "no-op rerun of that node", "wall")
+        if fresh and noop is not None:
+            within[label] = noop / fresh
+    if len(within) == 2:
+        out.append({"goal": "a GPU node's no-op rerun / its fresh converge, wall", "before": within["before"],
+                    "after": within["after"], "ratio": None, "target": "after <= 0.25"})
+    return out
 
 
 # ---------------------------------------------------------------------------------------- the machine
@@ -611,7 +664,7 @@ class Bench:
 
     def run_checkout(self, co: Checkout, *, fresh: bool, driver_repeat: int, quiet_at: int | None,
                      quiet_file: Path, skip_remediation: Sequence[int] = (), make_up_runs: int = 0,
-                     reset: bool = True) -> None:
+                     reset: bool = True, first_size_repeat: int = 1) -> None:
         self.doc["checkouts"].append(co.facts())
         self.save()
         running = sum(1 for name, _ in stack_containers() if name.startswith(f"gpufleet-{STACK}-gpu-"))
@@ -623,13 +676,13 @@ class Bench:
             with quiet(quiet_file if quiet_at is not None and n >= quiet_at else None, self.say):
                 self.one_size(co, n, idx, fresh=fresh, driver_repeat=driver_repeat,
                               grow=not (idx == 0 and not reset and running == n),
-                              remediate=n not in skip_remediation)
+                              remediate=n not in skip_remediation, repeat=first_size_repeat if idx == 0 else 1)
             if idx == 0 and make_up_runs:
                 # Issue 11's no-op `make up` (the stack's own size: 2 GPU nodes): one converge, then the timed runs.
                 noop_up_runs(self, co, make_up_runs)
 
     def one_size(self, co: Checkout, n: int, idx: int, *, fresh: bool, driver_repeat: int, grow: bool,
-                 remediate: bool) -> None:
+                 remediate: bool, repeat: int = 1) -> None:
         hosts = n + 1
         if grow:
             self.grow(co, n, idx)
@@ -644,10 +697,12 @@ class Bench:
             if driver_repeat:
                 self.driver_role(co, "gpu-0", driver_repeat)
         self.measure_idle(n)
-        self.converge(co, n, "no-op converge (site.yml)", hosts=hosts)
-        # Recorded (``--record``): the per-host task counts come from its events; the recording's own cost
-        # (keeping and scrubbing the events) is in every checkout's figure alike.
-        self.drift(co, n, hosts=hosts, record=True)
+        # ``repeat`` (--first-size-repeat, first size only): the goals compare medians, not one sample each.
+        for _ in range(repeat):
+            self.converge(co, n, "no-op converge (site.yml)", hosts=hosts)
+            # Recorded (``--record``): the per-host task counts come from its events; the recording's own cost
+            # (keeping and scrubbing the events) is in every checkout's figure alike.
+            self.drift(co, n, hosts=hosts, record=True)
         if remediate:
             self.remediation(co, n, hosts=hosts)
 
@@ -708,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "checkout at N = 1, 4, 8, 16)")
     run.add_argument("--no-fresh", dest="fresh", action="store_false", help="skip the fresh/no-op node pair")
     run.add_argument("--driver-repeat", type=int, default=3, help="nvidia_driver role no-op reruns (0: none)")
+    run.add_argument("--first-size-repeat", type=int, default=1,
+                     help="no-op converges and drift checks at each checkout's first size (medians in the goals)")
     run.add_argument("--quiet-at", type=int, default=None, help="create the QUIET file for N >= this")
     run.add_argument("--quiet-file", type=Path, default=Path("/work/QUIET"))
     run.add_argument("--no-reset", dest="reset", action="store_false",
@@ -740,7 +797,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench.run_checkout(co, fresh=args.fresh, driver_repeat=args.driver_repeat, quiet_at=args.quiet_at,
                                    quiet_file=args.quiet_file,
                                    skip_remediation=[int(x) for x in args.skip_remediation.split(",") if x],
-                                   make_up_runs=args.make_up_runs, reset=args.reset)
+                                   make_up_runs=args.make_up_runs, reset=args.reset,
+                                   first_size_repeat=args.first_size_repeat)
         else:
             noop_up(bench, checkouts, args.runs)
     finally:

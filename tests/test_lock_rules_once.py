@@ -30,7 +30,8 @@ def rule_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 @pytest.fixture
 def no_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
-    """ansible-playbook and the sandbox containers replaced; the inventory goes to tmp_path. Returns the playbooks run."""
+    """ansible-playbook and the sandbox containers replaced; the inventory goes to tmp_path. Returns the playbooks
+    run."""
     import gpufleet.cli.cluster as cli_cluster
     import gpufleet.workflow as workflow
     from gpufleet.sandbox import backend, cluster, platform

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.scale import Measurement, cgroup_cpu_s, count_events, count_tasks, render_markdown
+from benchmarks.scale import Measurement, cgroup_cpu_s, count_events, count_tasks, goal_ratios, render_markdown
 from gpufleet.bench import scale_model as sm
 from gpufleet.cli import app
 from gpufleet.cli.bench import shipped_forks
@@ -208,6 +208,30 @@ def test_render_markdown_rows() -> None:
     assert len(rows) == 6
     # N=1 converge: 10 s wall, 10 s controller CPU over 2 hosts, 240 host-tasks -> 42 ms per host-task.
     assert rows[0].split(" | ")[3:7] == ["10.0", "10.0 [10.0]", "5.00", "42"]
+
+
+def test_goal_ratios_compare_medians_at_the_first_size() -> None:
+    doc = _doc()
+    assert goal_ratios(doc) == []  # no before checkout
+    before = [{**m, "checkout": "before"} for m in (
+        _measurement(1, "no-op converge (site.yml)", 20, 16), _measurement(1, "no-op converge (site.yml)", 26, 20),
+        _measurement(1, "no-op converge (site.yml)", 22, 18), _measurement(4, "no-op converge (site.yml)", 1, 1),
+        _measurement(1, "fresh converge of one GPU node (--limit gpu-0)", 1, 1),
+        _measurement(1, "no-op rerun of that node (--limit gpu-0)", 1, 1))]
+    before[4]["wall_s"], before[5]["wall_s"] = 60.0, 40.0
+    after = [_measurement(1, "fresh converge of one GPU node (--limit gpu-0)", 1, 1),
+             _measurement(1, "no-op rerun of that node (--limit gpu-0)", 1, 1)]
+    after[0]["wall_s"], after[1]["wall_s"] = 40.0, 10.0
+    doc["measurements"] += before + after
+    goals = {g["goal"]: g for g in goal_ratios(doc)}
+    # The N=1 medians: before 22 s over 2 hosts (the N=4 run left out), after 10 s over 2 hosts.
+    ctrl = goals["controller CPU s per host, no-op converge"]
+    assert (ctrl["before"], ctrl["after"], ctrl["ratio"]) == (11.0, 5.0, pytest.approx(5 / 11))
+    assert goals["node CPU s per host, no-op converge"]["before"] == 9.0
+    within = goals["a GPU node's no-op rerun / its fresh converge, wall"]
+    assert (within["before"], within["after"], within["ratio"]) == (pytest.approx(2 / 3), 0.25, None)
+    assert "| a GPU node's no-op rerun / its fresh converge, wall | 0.67 | 0.25 | - | after <= 0.25 |" in (
+        render_markdown(doc))
 
 
 # ------------------------------------------------------------------------------------------ against the bench

@@ -5,8 +5,8 @@ operator watched and what the JSON summary says cannot disagree. Event names and
 ``event_data`` keys are those of ansible-runner's ``awx_display`` callback (ansible-runner 2.4.3,
 ``ansible_runner/display_callback/callback/awx_display.py``), which gpufleet's own callback
 (callback_plugins/gpufleet_events.py) writes since gpufleet stopped running playbooks through ansible-runner;
-the counting follows ansible-core's ``StrategyBase._process_pending_results``, so the counters match PLAY RECAP even before
-``playbook_on_stats`` arrives.
+the counting follows ansible-core's ``StrategyBase._process_pending_results``, so the counters match PLAY RECAP
+even before ``playbook_on_stats`` arrives.
 """
 
 from __future__ import annotations
