@@ -506,8 +506,9 @@ def test_run_playbook_passes_options_and_shows_live_table(
     assert kw["env"]["ANSIBLE_CALLBACKS_ENABLED"] == "gpufleet_events"
     assert kw["env"]["ANSIBLE_CALLBACK_PLUGINS"] == str(REPO_ROOT / "gpufleet" / "ansible_run" / "callback_plugins")
     assert kw["keep_events"] is None
-    # Facts are gathered afresh by every gpufleet run: the fact cache is the run's own.
-    assert kw["env"]["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(kw["artifacts"] / "fact_cache")
+    # Facts are gathered afresh by every gpufleet run and kept only while it runs (no cache files).
+    assert kw["env"]["ANSIBLE_CACHE_PLUGIN"] == "memory"
+    assert "ANSIBLE_CACHE_PLUGIN_CONNECTION" not in kw["env"]
     assert len(seen) == len(fake.events)
     # A temp private data dir is removed again and not reported.
     assert result.artifact_dir is None and not kw["artifacts"].exists()

@@ -57,12 +57,14 @@ def _path_with_our_ansible() -> str:
 
 
 def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None,
-               fact_cache: Path | None = None) -> dict[str, str]:
+               fresh_facts: bool = False) -> dict[str, str]:
     """Environment for ansible-playbook (on top of ours); the caller's envvars win over our defaults.
 
-    ``fact_cache``: the run's own fact cache directory. Each gpufleet run gathers facts afresh (a cache shared
-    between runs would keep a rebooted node's old ``kernel`` fact, which the driver role holds packages by); plain
-    ``ansible-playbook`` runs keep ansible.cfg's hour-long cache. ansible-runner did the same.
+    ``fresh_facts``: the run gathers facts afresh and keeps them only while it runs (a cache shared between runs
+    would keep a rebooted node's old ``kernel`` fact, which the driver role holds packages by); plain
+    ``ansible-playbook`` runs keep ansible.cfg's hour-long cache. ansible's ``memory`` cache plugin does that
+    without files: a file-backed plugin (ansible-runner gave each run its own jsonfile directory) is JSON-decoded
+    again on every variable lookup of a host, ~3% of a no-op converge's controller CPU (docs/performance.md).
     """
     env = {
         "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
@@ -70,8 +72,8 @@ def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None,
         # Default local temp is ~/.ansible/tmp; keep it with the run so nothing leaks into $HOME.
         "ANSIBLE_LOCAL_TEMP": str(private_data_dir / "tmp"),
     }
-    if fact_cache is not None:
-        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(fact_cache)
+    if fresh_facts:
+        env["ANSIBLE_CACHE_PLUGIN"] = "memory"
     given = {k: str(v) for k, v in (envvars or {}).items()}
     # The caller's callback folders and enabled callbacks are kept next to ours.
     env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(
@@ -227,7 +229,7 @@ def run_playbook(
                              check=check, diff=diff, tags=tags, forks=forks)
         # Callbacks the operator enabled in the environment (profile_tasks, ...) stay enabled next to ours.
         own = {k: os.environ[k] for k in ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CALLBACKS_ENABLED") if k in os.environ}
-        env = {**os.environ, **runner_env(pdd, {**own, **(envvars or {})}, fact_cache=artifacts / "fact_cache")}
+        env = {**os.environ, **runner_env(pdd, {**own, **(envvars or {})}, fresh_facts=True)}
 
         def execute() -> int:
             keep = (artifacts / "events.jsonl").open("w", encoding="utf-8") if private_data_dir is not None else None
