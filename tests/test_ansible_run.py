@@ -426,6 +426,7 @@ def test_runner_env_and_cmdline(tmp_path: Path) -> None:
     assert env["ANSIBLE_CONFIG"] == "/other.cfg"
     assert env["ANSIBLE_REMOTE_TEMP"] == "/x"
     assert env["ANSIBLE_LOCAL_TEMP"] == str(tmp_path / "tmp")
+    assert env["ANSIBLE_CACHE_PLUGIN"] == "memory"
     assert (
         runner_env(tmp_path, None)["ANSIBLE_CONFIG"]
         == str(REPO_ROOT / "ansible" / "ansible.cfg")

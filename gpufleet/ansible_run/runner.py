@@ -56,11 +56,10 @@ def _path_with_our_ansible() -> str:
     return bindir + (os.pathsep + rest if rest else "")
 
 
-def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None,
-               fresh_facts: bool = False) -> dict[str, str]:
+def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None) -> dict[str, str]:
     """Environment for ansible-playbook (on top of ours); the caller's envvars win over our defaults.
 
-    ``fresh_facts``: the run gathers facts afresh and keeps them only while it runs (a cache shared between runs
+    Facts: every gpufleet run gathers them afresh and keeps them only while it runs (a cache shared between runs
     would keep a rebooted node's old ``kernel`` fact, which the driver role holds packages by); plain
     ``ansible-playbook`` runs keep ansible.cfg's hour-long cache. ansible's ``memory`` cache plugin does that
     without files: a file-backed plugin (ansible-runner gave each run its own jsonfile directory) is JSON-decoded
@@ -71,9 +70,9 @@ def runner_env(private_data_dir: Path, envvars: Mapping[str, str] | None,
         "PATH": _path_with_our_ansible(),
         # Default local temp is ~/.ansible/tmp; keep it with the run so nothing leaks into $HOME.
         "ANSIBLE_LOCAL_TEMP": str(private_data_dir / "tmp"),
+        # Facts for this run only (see above).
+        "ANSIBLE_CACHE_PLUGIN": "memory",
     }
-    if fresh_facts:
-        env["ANSIBLE_CACHE_PLUGIN"] = "memory"
     given = {k: str(v) for k, v in (envvars or {}).items()}
     # The caller's callback folders and enabled callbacks are kept next to ours.
     env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(
@@ -229,7 +228,7 @@ def run_playbook(
                              check=check, diff=diff, tags=tags, forks=forks)
         # Callbacks the operator enabled in the environment (profile_tasks, ...) stay enabled next to ours.
         own = {k: os.environ[k] for k in ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CALLBACKS_ENABLED") if k in os.environ}
-        env = {**os.environ, **runner_env(pdd, {**own, **(envvars or {})}, fresh_facts=True)}
+        env = {**os.environ, **runner_env(pdd, {**own, **(envvars or {})})}
 
         def execute() -> int:
             keep = (artifacts / "events.jsonl").open("w", encoding="utf-8") if private_data_dir is not None else None
