@@ -73,15 +73,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.gpufleet_power_limit import PowerLimitError, parse_power_limit
-from ansible.module_utils.gpufleet_smi_xml import GpuInfo, SmiXmlError, parse_smi_xml
-
-#: Reported key -> the GpuInfo field of gpufleet's nvidia-smi XML parser it shows (drift reads these keys).
-MANAGED = {
-    "persistence_mode": "persistence_mode",
-    "power_limit_w": "power_limit_w",
-    "clocks_memory_mhz": "app_clocks_memory_mhz",
-    "clocks_graphics_mhz": "app_clocks_graphics_mhz",
-}
+from ansible.module_utils.gpufleet_smi_xml import SETTINGS, GpuInfo, SmiXmlError, parse_smi_xml
 
 
 def target_power(request: str, gpu: GpuInfo) -> float:
@@ -125,7 +117,7 @@ def plan(gpus: list[GpuInfo], params: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _view(gpu: GpuInfo) -> dict[str, Any]:
-    return {key: getattr(gpu, field) for key, field in MANAGED.items()}
+    return {key: getattr(gpu, field) for key, field in SETTINGS.items()}
 
 
 def main() -> None:

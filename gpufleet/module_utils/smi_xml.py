@@ -48,6 +48,14 @@ _NO_VALUE = {
     "requested functionality has been deprecated",
     "insufficient permissions",
 }
+#: The settings gpufleet's gpu_settings module manages: its reported key -> the GpuInfo field that holds it (drift
+#: reads these keys; host_footprint's digest of a GPU is these fields).
+SETTINGS = {
+    "persistence_mode": "persistence_mode",
+    "power_limit_w": "power_limit_w",
+    "clocks_memory_mhz": "app_clocks_memory_mhz",
+    "clocks_graphics_mhz": "app_clocks_graphics_mhz",
+}
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 _THROTTLE_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 

@@ -1,0 +1,396 @@
+#!/usr/bin/python
+"""Ansible module: read everything gpufleet's roles manage on a host as one digest, and compare or record it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_footprint
+short_description: One digest of the host state gpufleet's roles manage, probed against or recorded as converged
+description:
+  - Reads, in one run, every kind of state gpufleet's roles manage or decide from - dpkg's status database (versions,
+    selections, holds, half-installed states), the configuration trees under O(paths) (content, mode, owner, symlink
+    targets, device numbers), systemd unit file states and the units that are not inactive, the kernel's command line,
+    release, managed modules, the values of every sysctl key the sysctl.d files set, the mounts of the fstab mount
+    points, and the settings of every GPU that C(nvidia-smi -q -x) reports - and hashes it.
+  - O(state=record) writes that digest to O(stamp) under O(scope), with the controller's O(inputs) digest (the role
+    code and the host's variables). O(state=probe) reports C(converged) when the stamp holds, for one of O(scopes),
+    the same inputs and the same digest, no O(blockers) path exists and C(nvidia-smi) answered: the role's tasks
+    would change nothing (they are idempotent, which every Molecule scenario checks), so the role can be skipped.
+  - A record keeps only the scopes whose digest is the current one. The stamp holds digests only, no file content.
+  - Read-only in check mode; O(state=record) writes nothing there.
+options:
+  state:
+    description: C(probe) compares, C(record) writes the stamp.
+    type: str
+    choices: [probe, record]
+    default: probe
+  scopes:
+    description: The stamp scopes; probe accepts any of them, record writes the first.
+    type: list
+    elements: str
+    required: true
+  inputs:
+    description: Digest of what the controller decides from (role code, host variables); the action plugin sets it.
+    type: str
+    default: ""
+  reads:
+    description: What to read.
+    type: dict
+    default: {}
+    suboptions:
+      paths:
+        description: Files, directories (recursively, symlinks not followed) and globs whose state is part of the digest.
+        type: list
+        elements: str
+        default: []
+      blockers:
+        description: Globs; any existing match makes the probe report not converged (a pending reboot the roles report).
+        type: list
+        elements: str
+        default: []
+      kernel_modules:
+        description: Globs of /proc/modules names that count, besides those the modules-load.d files name.
+        type: list
+        elements: str
+        default: []
+      dpkg_status:
+        description: dpkg's status database; empty to leave packages out.
+        type: str
+        default: /var/lib/dpkg/status
+      units:
+        description: Read systemd unit states.
+        type: bool
+        default: true
+      nvidia_smi:
+        description: nvidia-smi; its absence counts as state, its failure blocks the probe. Empty to leave GPUs out.
+        type: str
+        default: nvidia-smi
+      stamp:
+        description: Where the recorded state lives (digests only).
+        type: str
+        default: /var/lib/gpufleet/footprint.json
+      root:
+        description: Prefix of every path read (tests run the module against a scratch tree).
+        type: str
+        default: /
+  probe:
+    description: Action plugin option; false makes a probe report not converged without reading the host.
+    type: bool
+    default: true
+  previous:
+    description:
+      - Action plugin option, the result this task registered last on the host this run. A probe reuses its reading
+        while it said converged (nothing has run since) and every run computes the inputs digest once.
+    type: dict
+    default: {}
+  inputs_exclude:
+    description: Action plugin option; globs of variable names left out of the inputs digest (set during a run).
+    type: list
+    elements: str
+    default: []
+author: gpufleet
+"""
+
+EXAMPLES = r"""
+- name: Probe the host against the state its last converge recorded
+  host_footprint:
+    scopes: [nvidia_driver, site]
+    reads:
+      paths: [/etc/apt, /etc/modprobe.d, /run/gpufleet]
+      blockers: [/run/gpufleet/*.reboot-required]
+"""
+
+RETURN = r"""
+converged:
+  description: The stamp holds this state and these inputs for one of the scopes, and nothing blocks.
+  returned: always
+  type: bool
+reason:
+  description: Why not converged (no record, inputs changed, which sections differ, what blocks), or which scope held.
+  returned: always
+  type: str
+digest:
+  description: The state's digest.
+  returned: always
+  type: str
+sections:
+  description: Section name -> digest (paths per entry, dpkg, units, kernel, gpus).
+  returned: always
+  type: dict
+recorded:
+  description: Scopes the stamp holds after this run, each with its inputs and digest.
+  returned: always
+  type: dict
+"""
+
+import fnmatch
+import glob
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible.module_utils.gpufleet_smi_xml import SETTINGS, SmiXmlError, parse_smi_xml
+
+SCHEMA = 1
+#: systemd unit file states that belong to no administrator's decision (units pulled in by others, made at run time).
+_UNIT_FILE_STATES_IGNORED = frozenset({"static", "transient", "generated", "alias", "bad"})
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _describe(path: str) -> str:
+    """One line for one filesystem entry: type, mode, owner and what identifies its content."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as e:
+        return f"error {e.errno}"
+    head = f"{stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"link {os.readlink(path)}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"dir {head}"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        kind = "char" if stat.S_ISCHR(st.st_mode) else "block"
+        return f"{kind} {head} {os.major(st.st_rdev)},{os.minor(st.st_rdev)}"
+    if stat.S_ISREG(st.st_mode):
+        try:
+            with open(path, "rb") as f:
+                return f"file {head} {_sha(f.read())}"
+        except OSError as e:
+            return f"file {head} error {e.errno}"
+    return f"other {head}"
+
+
+def _walk(path: str, skip: str) -> Iterator[tuple[str, str]]:
+    """(path, description) for the entry and, for a directory, everything under it (symlinks not followed)."""
+    if path == skip:
+        return
+    desc = _describe(path)
+    yield path, desc
+    if desc.startswith("dir "):
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            yield path + "/", f"error {e.errno}"
+            return
+        for name in names:
+            yield from _walk(os.path.join(path, name), skip)
+
+
+def _rooted(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/")) if root != "/" else path
+
+
+def paths_sections(root: str, patterns: list[str], skip: str) -> dict[str, str]:
+    """One section per pattern: the digest of every entry it matches (a pattern matching nothing is "absent")."""
+    out: dict[str, str] = {}
+    for pattern in patterns:
+        full = _rooted(root, pattern)
+        matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
+        lines = [f"{p[len(root) - 1:] if root != '/' else p}\t{d}" for m in matches for p, d in _walk(m, skip)]
+        out[f"path:{pattern}"] = _sha("\n".join(lines or ["absent"]).encode())
+    return out
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _conf_lines(root: str, pattern: str) -> Iterator[str]:
+    for path in sorted(glob.glob(_rooted(root, pattern))):
+        for line in (_read(path) or "").splitlines():
+            line = line.strip()
+            if line and not line.startswith(("#", ";")):
+                yield line
+
+
+def kernel_section(root: str, module_globs: list[str]) -> str:
+    """Kernel release, command line, the managed modules loaded, sysctl values set by files, fstab mounts."""
+    cmdline = (_read(_rooted(root, "/proc/cmdline")) or "").strip()
+    lines = [f"release {os.uname().release} {os.uname().machine}", f"cmdline {cmdline}"]
+    wanted = list(module_globs) + [ln.split()[0] for ln in _conf_lines(root, "/etc/modules-load.d/*.conf")]
+    loaded = sorted(ln.split()[0] for ln in (_read(_rooted(root, "/proc/modules")) or "").splitlines() if ln.strip())
+    lines += [f"module {m}" for m in loaded if any(fnmatch.fnmatchcase(m, w) for w in wanted)]
+    settings = [*_conf_lines(root, "/etc/sysctl.d/*.conf"), *_conf_lines(root, "/etc/sysctl.conf")]
+    keys = sorted({ln.split("=", 1)[0].strip() for ln in settings if "=" in ln})
+    for key in keys:
+        value = _read(_rooted(root, "/proc/sys/" + key.lstrip("-").replace(".", "/")))
+        lines.append(f"sysctl {key} {' '.join(value.split()) if value is not None else 'absent'}")
+    points = {ln.split()[1] for ln in _conf_lines(root, "/etc/fstab") if len(ln.split()) >= 2}
+    mounts = (_read(_rooted(root, "/proc/mounts")) or "").splitlines()
+    lines += sorted(f"mount {' '.join(m.split()[:4])}" for m in mounts
+                    if len(m.split()) >= 4 and m.split()[1] in points)
+    return _sha("\n".join(lines).encode())
+
+
+def units_section(module: AnsibleModule) -> str:
+    """Every unit file's enablement, and the units not inactive among those an administrator decides about."""
+    rc, files, err = module.run_command(["systemctl", "list-unit-files", "--no-legend", "--no-pager", "--plain"])
+    if rc != 0:
+        return _sha(f"systemctl failed {rc} {err.strip()}".encode())
+    states = {}
+    for line in files.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            states[parts[0]] = parts[1]
+    rc, units, err = module.run_command(["systemctl", "list-units", "--all", "--no-legend", "--no-pager", "--plain",
+                                         "--type=service,socket,timer"])
+    lines = [f"file {u} {s}" for u, s in sorted(states.items())]
+    for line in units.splitlines():
+        parts = line.split()
+        # Inactive units come and go from this list as systemd loads and collects them: absent and inactive are one.
+        if len(parts) >= 3 and parts[2] != "inactive" and states.get(parts[0], "bad") not in _UNIT_FILE_STATES_IGNORED:
+            lines.append(f"active {parts[0]} {parts[2]}")
+    return _sha("\n".join(sorted(lines)).encode())
+
+
+def gpus_section(module: AnsibleModule, smi: str) -> tuple[str, str | None]:
+    """The settings gpu_settings manages on every GPU (persistence, power limit, application clocks) and the driver.
+
+    Returns (digest, blocker): a driver that does not answer blocks the probe (the roles report it every run).
+    """
+    path = smi if os.path.isabs(smi) else module.get_bin_path(smi)
+    if not path or not os.path.exists(path):
+        return _sha(b"no nvidia-smi"), None
+    rc, out, _err = module.run_command([path, "-q", "-x"])
+    if rc != 0:
+        return _sha(f"rc {rc}".encode()), f"nvidia-smi -q -x failed with exit {rc}"
+    try:
+        report = parse_smi_xml(out)
+    except SmiXmlError as e:
+        return _sha(b"unparsable"), f"nvidia-smi -q -x: {e}"
+    lines = [f"driver {report.driver_version}"]
+    for g in report.gpus:
+        lines.append(" ".join([str(g.index), str(g.uuid), str(g.mig_mode)]
+                              + [f"{k}={getattr(g, f)}" for k, f in sorted(SETTINGS.items())]))
+    return _sha("\n".join(lines).encode()), None
+
+
+def read_state(module: AnsibleModule, p: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    root = p["root"] if p["root"].endswith("/") else p["root"] + "/"
+    stamp = _rooted(root, p["stamp"])
+    sections = paths_sections(root, p["paths"], stamp)
+    blockers = [m for g in p["blockers"] for m in sorted(glob.glob(_rooted(root, g)))]
+    if p["dpkg_status"]:
+        try:
+            with open(_rooted(root, p["dpkg_status"]), "rb") as f:
+                sections["dpkg"] = _sha(f.read())
+        except OSError as e:
+            sections["dpkg"] = _sha(f"error {e.errno}".encode())
+    if p["units"]:
+        sections["units"] = units_section(module)
+    sections["kernel"] = kernel_section(root, p["kernel_modules"])
+    if p["nvidia_smi"]:
+        sections["gpus"], blocked = gpus_section(module, p["nvidia_smi"])
+        if blocked:
+            blockers.append(blocked)
+    return sections, blockers
+
+
+def digest_of(sections: dict[str, str]) -> str:
+    return _sha(json.dumps(sections, sort_keys=True).encode())
+
+
+def load_stamp(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
+
+
+def compare(stamp: dict[str, Any], scopes: list[str], inputs: str, digest: str, sections: dict[str, str],
+            blockers: list[str]) -> tuple[bool, str]:
+    if blockers:
+        return False, "pending: " + ", ".join(blockers)
+    recorded = stamp.get("scopes") or {}
+    held = [s for s in scopes if s in recorded]
+    if not held:
+        return False, "no record of a converge"
+    for s in held:
+        if recorded[s].get("inputs") == inputs and recorded[s].get("footprint") == digest:
+            return True, f"as the last converge ({s}) left it"
+    if all(recorded[s].get("inputs") != inputs for s in held):
+        return False, "inputs changed since the last converge (role code or host variables)"
+    before = stamp.get("sections") or {}
+    differ = sorted(k for k in set(before) | set(sections) if before.get(k) != sections.get(k))
+    return False, "state changed since the last converge: " + (", ".join(differ) or "?")
+
+
+def write_stamp(path: str, stamp: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(stamp, f, sort_keys=True, indent=1)
+        f.write("\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["probe", "record"], "default": "probe"},
+            "scopes": {"type": "list", "elements": "str", "required": True},
+            "inputs": {"type": "str", "default": ""},
+            "reads": {"type": "dict", "default": {}, "options": {
+                "paths": {"type": "list", "elements": "str", "default": []},
+                "blockers": {"type": "list", "elements": "str", "default": []},
+                "kernel_modules": {"type": "list", "elements": "str", "default": []},
+                "dpkg_status": {"type": "str", "default": "/var/lib/dpkg/status"},
+                "units": {"type": "bool", "default": True},
+                "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+                "stamp": {"type": "str", "default": "/var/lib/gpufleet/footprint.json"},
+                "root": {"type": "str", "default": "/"},
+            }},
+            "probe": {"type": "bool", "default": True},
+            "previous": {"type": "dict", "default": {}},
+            "inputs_exclude": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    reads = p["reads"]
+    if not p["scopes"] or not p["inputs"]:
+        module.fail_json(msg="scopes and inputs are required (the action plugin computes inputs)")
+    root = reads["root"] if reads["root"].endswith("/") else reads["root"] + "/"
+    stamp_path = _rooted(root, reads["stamp"])
+    sections, blockers = read_state(module, reads)
+    digest = digest_of(sections)
+    stamp = load_stamp(stamp_path)
+    if p["state"] == "probe":
+        converged, reason = compare(stamp, p["scopes"], p["inputs"], digest, sections, blockers)
+        module.exit_json(changed=False, converged=converged, reason=reason, digest=digest, sections=sections,
+                         recorded=stamp.get("scopes") or {}, blockers=blockers)
+    scope = p["scopes"][0]
+    kept = {s: v for s, v in (stamp.get("scopes") or {}).items()
+            if isinstance(v, dict) and v.get("footprint") == digest}
+    kept[scope] = {"inputs": p["inputs"], "footprint": digest}
+    new = {"schema": SCHEMA, "scopes": kept, "sections": sections}
+    if new != stamp and not module.check_mode:
+        try:
+            write_stamp(stamp_path, new)
+        except OSError as e:
+            module.fail_json(msg=f"{stamp_path}: {e}")
+    # The stamp is gpufleet's own record of a converged state, not a setting of the host: never a change.
+    module.exit_json(changed=False, converged=False, reason=f"recorded ({scope})", digest=digest, sections=sections,
+                     recorded=kept if not module.check_mode else stamp.get("scopes") or {}, blockers=blockers)
+
+
+if __name__ == "__main__":
+    main()
