@@ -84,8 +84,9 @@ def count_tasks(tasks: Iterable[Mapping[str, Any]]) -> dict[str, TaskCount]:
     """Per host, from ``RunResult.to_json()["tasks"]``: every task result, the skipped ones, and module runs.
 
     A module run is a task result that was not skipped and whose action starts a module on the host (not
-    ``set_fact``, ``assert``...); a loop counts one per item it ran. Action plugins that start two modules
-    (``template``: stat, then copy) count once: a lower bound.
+    ``set_fact``, ``assert``..., nor a ``host_footprint`` probe its action plugin answered without the host); a
+    loop counts one per item it ran. Action plugins that start two modules (``template``: stat, then copy) count
+    once: a lower bound.
     """
     acc: dict[str, Counter[str]] = {}
     for t in tasks:
@@ -94,8 +95,8 @@ def count_tasks(tasks: Iterable[Mapping[str, Any]]) -> dict[str, TaskCount]:
         if t["status"] == "skipped":
             c["skipped"] += 1
             continue
-        if t["action"] in CONTROLLER_ACTIONS:
-            continue
+        if t["action"] in CONTROLLER_ACTIONS or (t.get("res") or {}).get("reread") is False:
+            continue  # reread false: roles/host_footprint answered from this run's earlier reading
         items = [i for i in t.get("items") or [] if i.get("status") != "skipped"]
         c["module_runs"] += len(items) if t.get("items") else 1
     return {h: TaskCount(c["tasks"], c["skipped"], c["module_runs"]) for h, c in acc.items()}
@@ -111,6 +112,8 @@ def count_events(events: Iterable[Mapping[str, Any]]) -> dict[str, TaskCount]:
             status = kind.removeprefix("runner_on_")
             t = tasks.setdefault(key, {"host": data.get("host"), "action": data.get("task_action"), "items": []})
             t["status"] = status
+            if isinstance(data.get("res"), Mapping):
+                t["res"] = {"reread": data["res"].get("reread")}
         elif kind in ("runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped"):
             key = (str(data.get("host")), str(data.get("task_uuid")))
             t = tasks.setdefault(key, {"host": data.get("host"), "action": data.get("task_action"), "items": [],

@@ -194,6 +194,10 @@ def test_inputs_take_role_and_gpufleet_variables_less_the_runtime_ones() -> None
     assert plugin.inputs_digest({**variables, "nvidia_driver_version": "575.57.08"},
                                 DEFAULTS["host_footprint_inputs_exclude"], "2.19.4") != base
     assert plugin.inputs_digest(variables, DEFAULTS["host_footprint_inputs_exclude"], "2.20.0") != base
+    # The lock's variables without a role prefix count too (gpufleet_defaults is their one home).
+    assert "kernel_version" in plugin.default_names()
+    assert plugin.inputs_digest({**variables, "kernel_version": "6.8.0-60"},
+                                DEFAULTS["host_footprint_inputs_exclude"], "2.19.4") != base
 
 
 def test_code_digest_follows_the_role_code(tmp_path: Path) -> None:
@@ -317,3 +321,10 @@ def test_a_record_after_a_converged_reading_runs_nothing_when_the_stamp_holds_th
     assert held["converged"] is True and held["reason"] == "recorded (site), unchanged"
     assert plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["slurm"], "i") is None
     assert plugin.already_recorded({"converged": False, "digest": "d", "recorded": rec}, ["site"], "i") is None
+
+
+def test_the_skipped_tags_a_record_ignores_are_on_no_role_task() -> None:
+    ignored = set(DEFAULTS["host_footprint_ignored_skip_tags"])
+    for f in (REPO_ROOT / "roles").rglob("tasks/*.yml"):
+        text = f.read_text()
+        assert not any(re.search(rf"\b{re.escape(t)}\b", text) for t in ignored), f

@@ -181,6 +181,10 @@ def test_count_tasks() -> None:
     assert count_tasks(tasks) == {"gpu-0": count_tasks(tasks)["gpu-0"]}
     c = count_tasks(tasks)["gpu-0"]
     assert (c.tasks, c.skipped, c.module_runs) == (4, 1, 3)
+    probes = [{"host": "gpu-0", "action": "host_footprint", "status": "ok", "res": {"reread": True}},
+              {"host": "gpu-0", "action": "host_footprint", "status": "ok", "res": {"reread": False}}]
+    c = count_tasks(tasks + probes)["gpu-0"]
+    assert (c.tasks, c.skipped, c.module_runs) == (6, 1, 4)
 
 
 def test_count_events() -> None:
@@ -192,9 +196,11 @@ def test_count_events() -> None:
         {"event": "runner_on_skipped", "event_data": {"host": "h", "task_uuid": "3", "task_action": "apt"}},
         {"event": "runner_on_ok", "event_data": {"host": "h", "task_uuid": "4", "task_action": "assert"}},
         {"event": "runner_on_start", "event_data": {"host": "h", "task_uuid": "5", "task_action": "apt"}},
+        {"event": "runner_on_ok", "event_data": {"host": "h", "task_uuid": "6", "task_action": "host_footprint",
+                                                 "res": {"reread": False, "converged": True}}},
     ]
     c = count_events(ev)["h"]
-    assert (c.tasks, c.skipped, c.module_runs) == (4, 1, 3)
+    assert (c.tasks, c.skipped, c.module_runs) == (5, 1, 3)
 
 
 def test_cgroup_cpu() -> None:

@@ -26,7 +26,7 @@ options:
     choices: [probe, record]
     default: probe
   scopes:
-    description: The stamp scopes; probe accepts any of them, record writes the first.
+    description: The stamp scopes; probe accepts any of them (C(*) any recorded one), record writes the first.
     type: list
     elements: str
     required: true
@@ -40,7 +40,7 @@ options:
     default: {}
     suboptions:
       paths:
-        description: Files, directories (recursively, symlinks not followed) and globs whose state is part of the digest.
+        description: Files, directories (recursive, symlinks not followed) and globs whose state is in the digest.
         type: list
         elements: str
         default: []
@@ -319,7 +319,7 @@ def compare(stamp: dict[str, Any], scopes: list[str], inputs: str, digest: str, 
     if blockers:
         return False, "pending: " + ", ".join(blockers)
     recorded = stamp.get("scopes") or {}
-    held = [s for s in scopes if s in recorded]
+    held = sorted(recorded) if "*" in scopes else [s for s in scopes if s in recorded]
     if not held:
         return False, "no record of a converge"
     for s in held:

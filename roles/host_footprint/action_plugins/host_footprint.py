@@ -1,10 +1,10 @@
 """Action plugin of the host_footprint module: the inputs digest on the controller, and a probe that reuses a reading.
 
 The inputs digest is what the controller decides from: the code of every role and of ansible/ (modules, plugins,
-playbooks), ansible-core's version, and the host's variables whose names carry a role's prefix or ``gpufleet_``
-(inventory, group_vars, host_vars, extra vars; templated), less ``inputs_exclude``. It is the host's view without a
-play (``hostvars``), so every role of a run computes the same one; a run computes it once and carries it in the
-registered result.
+playbooks), ansible-core's version, and the host's variables whose names carry a role's prefix or ``gpufleet_`` or
+are a role default's name (inventory, group_vars, host_vars, extra vars; templated), less ``inputs_exclude``.
+It is the host's view without a play (``hostvars``), so every role of a run computes the same one; a run computes
+it once and carries it in the registered result.
 
 A probe whose previous result on this host (this run) said converged reuses that reading instead of running the
 module: every role since was skipped, so nothing on the host has changed. Any other previous result (a record, a
@@ -63,12 +63,21 @@ def role_prefixes(repo: Path = _REPO) -> list[str]:
     return ["gpufleet", *roles]
 
 
-def select_inputs(variables: Mapping[str, Any], prefixes: list[str], exclude: list[str]) -> dict[str, Any]:
-    """The variables (templated on access) whose names carry a prefix and match no exclude glob."""
+def default_names(repo: Path = _REPO) -> set[str]:
+    """Every variable a role's defaults define: the lock's (gpufleet_defaults: kernel_version) carry no role prefix."""
+    names: set[str] = set()
+    for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
+        names |= {m.group(1) for m in re.finditer(r"^([a-z][a-z0-9_]*):", path.read_text(), re.M)}
+    return names
+
+
+def select_inputs(variables: Mapping[str, Any], prefixes: list[str], exclude: list[str],
+                  names: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The variables (templated on access) whose names carry a prefix or a role default's name, less the excluded."""
     rx = re.compile("^({})_".format("|".join(re.escape(p) for p in prefixes)))
     out: dict[str, Any] = {}
     for name in sorted(variables):
-        if not rx.match(name) or any(fnmatch.fnmatchcase(name, g) for g in exclude):
+        if not (rx.match(name) or name in names) or any(fnmatch.fnmatchcase(name, g) for g in exclude):
             continue
         try:
             out[name] = variables[name]
@@ -79,7 +88,7 @@ def select_inputs(variables: Mapping[str, Any], prefixes: list[str], exclude: li
 
 def inputs_digest(variables: Mapping[str, Any], exclude: list[str], ansible_version: str) -> str:
     payload = {"code": code_digest(), "ansible": ansible_version,
-               "vars": select_inputs(variables, role_prefixes(), exclude)}
+               "vars": select_inputs(variables, role_prefixes(), exclude, default_names())}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -88,7 +97,8 @@ def reuse(previous: Mapping[str, Any], scopes: list[str], inputs: str) -> dict[s
     if not previous.get("converged") or previous.get("failed") or not previous.get("digest"):
         return None
     recorded = previous.get("recorded") or {}
-    held = [s for s in scopes if (recorded.get(s) or {}) == {"inputs": inputs, "footprint": previous["digest"]}]
+    names = sorted(recorded) if "*" in scopes else scopes
+    held = [s for s in names if (recorded.get(s) or {}) == {"inputs": inputs, "footprint": previous["digest"]}]
     return {
         "changed": False, "converged": bool(held), "digest": previous["digest"], "recorded": dict(recorded),
         "sections": dict(previous.get("sections") or {}), "blockers": [], "reread": False,
@@ -117,6 +127,8 @@ class ActionModule(ActionBase):
         exclude = list(args.pop("inputs_exclude", None) or [])
         probe = boolean(args.pop("probe", True), strict=False)
         scopes = list(args.get("scopes") or [])
+        # Which call and for which scopes, in the result: the break-and-restore callback reads the probes' answers.
+        result.update(footprint_state=args.get("state", "probe"), scopes=scopes)
         if not isinstance(previous, Mapping):
             previous = {}
         inputs = previous.get("inputs")
