@@ -239,7 +239,10 @@ def kernel_section(root: str, module_globs: list[str]) -> str:
 
 def units_section(module: AnsibleModule) -> str:
     """Every unit file's enablement, and the units not inactive among those an administrator decides about."""
-    rc, files, err = module.run_command(["systemctl", "list-unit-files", "--no-legend", "--no-pager", "--plain"])
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return _sha(b"no systemctl")
+    rc, files, err = module.run_command([systemctl, "list-unit-files", "--no-legend", "--no-pager", "--plain"])
     if rc != 0:
         return _sha(f"systemctl failed {rc} {err.strip()}".encode())
     states = {}
@@ -247,7 +250,7 @@ def units_section(module: AnsibleModule) -> str:
         parts = line.split()
         if len(parts) >= 2:
             states[parts[0]] = parts[1]
-    rc, units, err = module.run_command(["systemctl", "list-units", "--all", "--no-legend", "--no-pager", "--plain",
+    rc, units, err = module.run_command([systemctl, "list-units", "--all", "--no-legend", "--no-pager", "--plain",
                                          "--type=service,socket,timer"])
     lines = [f"file {u} {s}" for u, s in sorted(states.items())]
     for line in units.splitlines():
