@@ -111,12 +111,31 @@ def test_break_and_restore_step_is_wired(scenario: Path) -> None:
         f"{breaks_file}: restore_breaks must be a non-empty list"
     )
     for b in doc["restore_breaks"]:
-        assert isinstance(b, dict) and set(b) <= {"name", "run", "changed", "hosts"}, f"{breaks_file}: bad entry {b}"
+        assert isinstance(b, dict) and set(b) <= {"name", "run", "changed", "hosts", "footprint"}, (
+            f"{breaks_file}: bad entry {b}")
+        if "footprint" in b:
+            # Only a scenario whose converge runs no role with roles/host_footprint's probe may exempt a break.
+            assert b["footprint"] is False and not _probing_roles(scenario / "converge.yml"), (
+                f"{breaks_file}: {b['name']}: footprint: false only where no converged role probes the footprint")
         assert isinstance(b.get("name"), str) and isinstance(b.get("run"), str), f"{breaks_file}: {b}: name, run"
         changed = b.get("changed")
         assert isinstance(changed, list) and changed and all(isinstance(t, str) for t in changed), (
             f"{breaks_file}: {b['name']}: changed must be a non-empty list of task names"
         )
+
+
+def _probing_roles(converge: Path) -> list[str]:
+    """The roles a converge playbook runs whose tasks start with roles/host_footprint's probe."""
+    plays = _load(converge)
+    assert isinstance(plays, list)
+    names = [r if isinstance(r, str) else r.get("role") for p in plays for r in p.get("roles") or []]
+    probing = []
+    for name in names:
+        main = REPO_ROOT / "roles" / str(name) / "tasks" / "main.yml"
+        text = main.read_text() if main.exists() else ""
+        if "tasks_from: probe" in text or (main.parent / "fabric.yml").exists():
+            probing.append(str(name))
+    return probing
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
