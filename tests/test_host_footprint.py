@@ -3,6 +3,7 @@ and the coverage of its path list over every absolute path the roles name."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import os
@@ -241,7 +242,6 @@ _PATH = re.compile(r"(?<![\w.{}-])(/(?:etc|usr|run|var|opt|dev|sys|srv|boot)/[A-
 
 
 def _covered(path: str, patterns: list[str]) -> bool:
-    import fnmatch
     for pat in patterns:
         if path == pat or path.startswith(pat.rstrip("/") + "/") or fnmatch.fnmatchcase(path, pat):
             return True
@@ -275,7 +275,6 @@ def test_variables_set_at_run_time_are_left_out_of_the_inputs() -> None:
     prefixes = plugin.role_prefixes()
     rx = re.compile("^({})_".format("|".join(prefixes)))
     exclude = DEFAULTS["host_footprint_inputs_exclude"]
-    import fnmatch
     found = set()
     for f in [*(REPO_ROOT / "roles").rglob("tasks/*.yml"), *(REPO_ROOT / "ansible" / "playbooks").glob("*.yml")]:
         for task in yaml.safe_load(f.read_text()) or []:
