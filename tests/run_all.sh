@@ -19,9 +19,10 @@ started=$($BIN/python -m gpufleet.sandbox.platform start | tail -n1)
 cleanup() { if [ "$started" = "started" ]; then $BIN/python -m gpufleet.sandbox.platform stop; fi; }
 trap cleanup EXIT
 
-section "cloud SDKs, Mitogen"
-# The cloud backends' SDKs and Mitogen (optional extras) are part of the test suite, not of `make up`.
-$BIN/pip install -q --disable-pip-version-check --no-deps -r requirements-clouds.lock -r requirements-mitogen.lock
+section "cloud SDKs, Mitogen, AWX tools"
+# The cloud backends' SDKs, Mitogen and the AWX tools (optional extras) are part of the test suite, not of `make up`.
+$BIN/pip install -q --disable-pip-version-check --no-deps -r requirements-clouds.lock -r requirements-mitogen.lock \
+  -r requirements-awx.lock
 
 section "ruff";          $BIN/ruff check .
 section "mypy";          $BIN/mypy

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,6 +147,24 @@ def predict(op: OpCost, fleet: Fleet) -> Prediction:
     wall = start + op.controller_fixed_cpu_s + op.tasks_per_host * step
     ctrl_total = fleet.slices * op.controller_fixed_cpu_s + fleet.nodes * op.tasks_per_host * ctrl_task
     return Prediction(op.name, fleet.nodes, hosts, step, wall, bound, ctrl_total)
+
+
+#: Most AWX/AAP slices :func:`awx_slices` proposes: each is a job on its own execution node (capacity to plan for).
+MAX_AWX_SLICES = 64
+
+
+def awx_slices(op: OpCost, fleet: Fleet, target_s: float) -> tuple[int, Prediction]:
+    """The fewest job slices (AWX's ``job_slice_count``) whose predicted wall time of ``op`` is at most ``target_s``;
+    the most useful count (:data:`MAX_AWX_SLICES` or one per node) with its prediction where none reaches it."""
+    best: tuple[int, Prediction] | None = None
+    for k in range(1, min(MAX_AWX_SLICES, fleet.nodes) + 1):
+        p = predict(op, replace(fleet, slices=k))
+        if p.wall_s <= target_s:
+            return k, p
+        if best is None or p.wall_s < best[1].wall_s:
+            best = (k, p)
+    assert best is not None
+    return best
 
 
 # ------------------------------------------------------------------------------------------ from the bench

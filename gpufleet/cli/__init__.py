@@ -13,6 +13,7 @@ from gpufleet.cli import drift as drift_cmd
 from gpufleet.cli import inspect as inspect_cmd
 from gpufleet.cli import lock as lock_cmd
 from gpufleet.cli import plan as plan_cmd
+from gpufleet.cli import report as report_cmd
 from gpufleet.cli import validate as validate_cmd
 
 app = typer.Typer(
@@ -43,6 +44,7 @@ app.registered_commands.extend(plan_cmd.app.registered_commands)
 app.command("drift")(drift_cmd.drift_command)
 app.command("remediate")(drift_cmd.remediate_command)
 app.command("validate")(validate_cmd.validate_command)
+report_cmd.register(app)
 bench_cmd.register(validate_cmd.app)
 app.add_typer(validate_cmd.app, name="bench", help="Acceptance benchmarks: render job templates, gate results.")
 

@@ -40,6 +40,12 @@ def scale_model_command(
     checkout: Annotated[str | None, typer.Option(
         help="Which measured checkout's costs (default: the one measured at the largest N).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the inputs and predictions as JSON.")] = False,
+    awx_vars: Annotated[Path | None, typer.Option(
+        help="Write AWX/AAP sizing (forks, job slice count) for the largest --nodes to this new YAML file, for "
+             "ansible/awx/gpufleet_awx.yml: the fewest slices whose predicted drift check meets --awx-target-s.")]
+    = None,
+    awx_target_s: Annotated[float, typer.Option(
+        min=1.0, max=86400.0, help="Drift check wall time the AWX sizing aims at, in seconds.")] = 60.0,
 ) -> None:
     """Predict a no-op converge's and a drift check's wall time from the scale bench's measured costs."""
     from gpufleet.bench import scale_model as sm
@@ -76,6 +82,8 @@ def scale_model_command(
             raise InputError.one("-", str(e), "pass --nodes, --forks and --slices >= 1, at most one slice per node",
                                  key="--nodes", value=n, kind="invalid option") from None
         predictions += [sm.predict(c, fleet).to_json() for c in costs]
+    if awx_vars is not None:
+        write_awx_vars(awx_vars, costs, fleet, awx_target_s)
     data = {"bench": str(path), "checkout": checkout or sm.default_checkout(doc), "forks": f, "slices": slices,
             "controller_cores": controller_cores, "control_persist": control_persist, "shared_cores": shared_cores,
             "inputs": [c.__dict__ for c in costs], "predictions": predictions}
@@ -92,6 +100,33 @@ def scale_model_command(
                       _duration(p["wall_s"]), p["bound"], f"{p['controller_cpu_s']:.0f}")
     console.print(table)
     console.print(f"inputs: {path} (checkout {data['checkout']}); assumptions: docs/scale.md", highlight=False)
+
+
+def write_awx_vars(path: Path, costs: list[Any], fleet: Any, target_s: float) -> None:
+    """AWX sizing for ``fleet`` (the largest --nodes) into a file that must not exist yet (never overwritten)."""
+    from dataclasses import replace
+
+    from gpufleet.bench import scale_model as sm
+
+    drift = next(c for c in costs if c.name == sm.OPERATIONS["drift"])
+    k, p = sm.awx_slices(drift, replace(fleet, slices=1), target_s)
+    text = (f"---\n# AWX/AAP sizing from the scale model (gpufleet bench scale-model): {fleet.nodes} nodes, "
+            f"{fleet.controller_cores:g} cores per execution node;\n"
+            f"# predicted drift check {p.wall_s:.0f} s over {k} slice(s) ({p.hosts_per_slice} hosts each, bound: "
+            f"{p.bound}); target {target_s:g} s.\n"
+            f"gpufleet_awx_forks: {fleet.forks}\ngpufleet_awx_job_slice_count: {k}\n")
+    try:
+        with path.open("x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise InputError.one(str(path), "exists already", "pass a new file name (gpufleet never overwrites it)",
+                             key="--awx-vars", kind="invalid option") from None
+    except OSError as e:
+        raise InputError.one(str(path), f"cannot write: {e.strerror or e}", "pass a writable path",
+                             key="--awx-vars", kind="invalid option") from None
+    # stderr: stdout may be --json's.
+    console_for(stderr=True).print(f"wrote {path}: forks {fleet.forks}, job_slice_count {k} (drift "
+                                   f"{p.wall_s:.0f} s predicted)", highlight=False)
 
 
 def _duration(s: float) -> str:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.ansible_run.job_events import read_job_events
 from gpufleet.cli.contract import console_for, contract
 from gpufleet.drift import (
     DEFAULT_TEXTFILE,
@@ -27,6 +28,7 @@ from gpufleet.drift.runner import (
     check_drift,
     collect_skew,
     dump,
+    report_from_events,
     skew_lines,
     stack_health,
     target_for_stack,
@@ -70,11 +72,24 @@ def drift_command(
     inventory: InventoryOpt = None,
     playbook: PlaybookOpt = SITE,
     record: Annotated[Path | None, typer.Option(help="Save the check run's scrubbed events (JSON lines).")] = None,
+    events: Annotated[Path | None, typer.Option(
+        help="Build the report from a check job that already ran (AWX/AAP job events, an ansible-runner artifacts "
+             "folder, or --record's file) instead of running one; --stack then only labels the metrics.")] = None,
 ) -> None:
     """Report what a converge would change, per host and component. Exit 0 in sync, 2 drifted, 1 error."""
-    target = _target(stack, inventory)
-    report, _ = check_drift(target, limit=limit, playbook=playbook, console=console,
-                            live=sys.stderr.isatty() and not json_out, record=record)
+    if events is not None:
+        clash = [o for o, v in (("--skew", skew), ("--limit", limit), ("--record", record),
+                                ("--inventory", inventory)) if v]
+        if clash:
+            raise InputError.one("--events", f"{', '.join(clash)} cannot be used with --events: the job already ran",
+                                 "drop them, or run the check here without --events", key="--events",
+                                 value=str(events), kind="invalid option")
+        report, _ = report_from_events(read_job_events(events))
+        target = Target(events, None, stack)
+    else:
+        target = _target(stack, inventory)
+        report, _ = check_drift(target, limit=limit, playbook=playbook, console=console,
+                                live=sys.stderr.isatty() and not json_out, record=record)
     path = textfile if textfile is not None else (DEFAULT_TEXTFILE if DEFAULT_TEXTFILE.parent.is_dir() else None)
     if path is not None:
         write_textfile(path, render_textfile(report, stack=target.stack))

@@ -15,6 +15,8 @@ from rich.console import Console
 
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
+from gpufleet.ansible_run.events import build_result
+from gpufleet.ansible_run.job_events import JobEvents
 from gpufleet.ansible_run.recording import scrub_events, write_events
 from gpufleet.drift.remediate import HostOutcome, HostPlan
 from gpufleet.drift.report import DriftReport, RawResults, build_report
@@ -83,6 +85,23 @@ def check_drift(target: Target, *, limit: str | None = None, console: Console | 
         raise InputError.one(str(target.inventory), f"--limit {limit!r} matched no host ({listed})",
                              "give a host or group name of the inventory, or a pattern such as 'gpu-*'",
                              key="--limit", value=limit, kind="invalid option")
+    return build_report(result, raw), result
+
+
+def report_from_events(job: JobEvents) -> tuple[DriftReport, RunResult]:
+    """The drift report of a check run that ran elsewhere (AWX/AAP, ansible-runner), from its events.
+
+    The same fold as a live check (``RawResults`` keeps the changed results' full ``res``, ``build_report`` reads
+    them), so an AWX scheduled drift job and ``gpufleet drift`` give the same report on the same state.
+    """
+    if job.check is False:
+        raise InputError.one(str(job.source), "the job ran without --check: it applied its changes, so its events "
+                             "are a converge, not a drift check", "run the drift job template (check mode) and pass "
+                             "its events", key="--events", kind="input error")
+    raw = RawResults()
+    for event in job.events:
+        raw(event)
+    result = build_result(job.events, rc=job.rc, status=job.status, check=True)
     return build_report(result, raw), result
 
 

@@ -113,3 +113,18 @@ def test_drift_found_each_change_then_remediation_cleared_it():
     assert [o["host"] for o in remediation["outcomes"] if o["ok"]] == [NODE], remediation
     after = json.loads((OUT / "drift-after.json").read_text())
     assert after["items"] == [], after
+
+
+def test_awx_job_events_give_the_same_drift_report():
+    """ansible-runner (AWX's runner) ran the same check; `gpufleet drift --events` on its artifacts gives the report
+    `gpufleet drift` gave (issue 33)."""
+    ours = json.loads((OUT / "drift.json").read_text())
+    awx = json.loads((OUT / "drift-awx.json").read_text())
+    status = (OUT / "awx" / "artifacts" / "drift" / "status").read_text()
+    assert status == "successful", status
+
+    def key(i):
+        return (i["host"], i["component"], i["kind"], i["message"])
+
+    assert sorted(awx["items"], key=key) == sorted(ours["items"], key=key)
+    assert awx["hosts"] == ours["hosts"] and len(ours["items"]) == 3
