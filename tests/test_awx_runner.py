@@ -9,14 +9,12 @@ roles over SSH.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,19 +25,12 @@ from gpufleet.cli import app
 from gpufleet.drift.report import DriftReport, RawResults, build_report
 from gpufleet.drift.runner import report_from_events
 from gpufleet.errors import InputError
+from tests.test_ansible_run_live import _recorder
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runner_events"
 RUNNER = Path(sys.executable).parent / "ansible-runner"
 
 pytestmark = pytest.mark.skipif(not RUNNER.exists(), reason="ansible-runner is in requirements-awx.lock (make test)")
-
-
-def _recorder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runner_events_record", FIXTURES / "record.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def awx_private_data_dir(pdd: Path, *, extravars: dict[str, Any], cmdline: str, limit: str) -> Path:
