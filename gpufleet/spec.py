@@ -188,13 +188,14 @@ PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 
 #: Image of a cloud pool, per backend. None carries an NVIDIA driver: the GPU Operator's driver container or
 #: Ansible installs the lock's. AWS: the EKS-optimized Amazon Linux 2023 AMI or your own AMI by id. Azure: the
-#: AKS node OS SKU Ubuntu2204 (the GPU Operator's driver container and the Azure Managed Lustre client both
-#: support Ubuntu 22.04). Google Cloud: the GKE node image COS_CONTAINERD (Container-Optimized OS, the only image
+#: AKS node OS SKU Ubuntu2204 or Ubuntu2404 (default: the one AKS ships for the cluster's Kubernetes version,
+#: gpufleet/catalog/kubernetes.yaml; the GPU Operator's driver container and the Azure Managed Lustre client
+#: support both). Google Cloud: the GKE node image COS_CONTAINERD (Container-Optimized OS, the only image
 #: Google's GPUDirect stacks support: the driver then comes from Google's installer, host_management gke) or
 #: UBUNTU_CONTAINERD (where the GPU Operator's driver container and the Ansible roles can run; gke_image).
 CLOUD_IMAGES = {
     "aws": r"^(eks-standard|ami-[0-9a-f]{8,17})$",
-    "azure": r"^Ubuntu2204$",
+    "azure": r"^Ubuntu2(204|404)$",
     "gcp": r"^(COS_CONTAINERD|UBUNTU_CONTAINERD)$",
 }
 CLOUD_IMAGE = "^(" + "|".join(p.strip("^$") for p in CLOUD_IMAGES.values()) + ")$"
@@ -425,7 +426,11 @@ class Aws(_Strict):
         ["us-east-1a", "us-east-1b"]))
     vpc_cidr: str = Field("10.0.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/(1[6-9]|20)$", **_doc(
         "VPC address range, /16 to /20.", "10.20.0.0/16"))
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.\d{2}$", **_doc("EKS Kubernetes version.", "1.33"))
+    kubernetes_version: str = Field("1.35", pattern=r"^1\.\d{2}$", **_doc(
+        "EKS Kubernetes version (in standard support: gpufleet/catalog/kubernetes.yaml).", "1.35"))
+    long_term_support: bool = Field(False, **_doc(
+        "Allow a version past standard support in EKS extended support (extra cost); off: standard support "
+        "only (upgradePolicy STANDARD).", False))
     endpoint_public_access: bool = Field(False, **_doc(
         "Also expose the API server publicly (default: reachable from inside the VPC only).", False))
     public_access_cidrs: list[str] = Field(default_factory=list, **_doc(
@@ -488,7 +493,11 @@ class Azure(_Strict):
     vnet_cidr: str = Field("10.30.0.0/16", **_doc(
         "Virtual network address range, /16 to /20: the first quarter holds the nodes, /24s of the second "
         "quarter the Lustre file systems (pods use the Azure CNI overlay, not VNet addresses).", "10.30.0.0/16"))
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.\d{2}$", **_doc("AKS Kubernetes version.", "1.33"))
+    kubernetes_version: str = Field("1.35", pattern=r"^1\.\d{2}$", **_doc(
+        "AKS Kubernetes version (in community support: gpufleet/catalog/kubernetes.yaml).", "1.35"))
+    long_term_support: bool = Field(False, **_doc(
+        "Run an AKS long-term-support version past community support (Premium tier, plan AKSLongTermSupport).",
+        False))
     private_cluster: bool = Field(True, **_doc(
         "API server on a private endpoint in the virtual network only (default); false exposes it publicly.",
         True))
@@ -843,7 +852,41 @@ def cloud_problems(spec: ClusterSpec, file: str) -> list[ConfigProblem]:
             bad(f"{key}.capacity.type", "capacity-block", "Capacity Blocks for ML are an AWS offering",
                 "use type reservation with the reservation to consume, or on-demand")
     _catalog_problems(spec, bad)
+    _kubernetes_version_problems(spec, bad)
     return out
+
+
+def _kubernetes_version_problems(spec: ClusterSpec, bad: Bad) -> None:
+    """The managed Kubernetes version is one the cloud still supports (gpufleet/catalog/kubernetes.yaml), and
+    AKS pools that name an image name the one AKS ships for that version."""
+    from gpufleet.catalog import kubernetes as kv
+
+    cfg = getattr(spec, spec.backend, None)
+    cloud = kv.versions(spec.backend)
+    if cfg is None or cloud is None:
+        return
+    version, long_term = cfg.kubernetes_version, bool(cfg.long_term_support)
+    on = kv.today()
+    current = kv.supported_versions(spec.backend, on)
+    standing = kv.support(spec.backend, version, on, long_term)
+    key = f"{spec.backend}.kubernetes_version"
+    if standing is None:
+        bad(key, version, f"gpufleet's catalog has no support window for this version on {spec.backend}",
+            f"use one of {', '.join(current) or 'the catalog versions'} (gpufleet/catalog/kubernetes.yaml)")
+        return
+    if standing.status == "unsupported":
+        entry = cloud.versions[version]
+        lts = (f", or set {spec.backend}.long_term_support: true ({cloud.long_term} until "
+               f"{entry.long_term_end}, {cloud.long_term_source})"
+               if entry.long_term_end is not None and on <= entry.long_term_end and not long_term else "")
+        bad(key, version, f"out of standard support since {entry.standard_end} ({entry.source})",
+            f"set {' or '.join(current) or 'a newer version'}{lts}")
+        return
+    want = kv.node_os(spec.backend, version)
+    for i, pool in enumerate(spec.pools):
+        if want is not None and pool.image is not None and pool.image != want:
+            bad(f"pools[{i}].image", pool.image, f"AKS {version} nodes run {want} (the Lustre client "
+                "repository follows the image)", f"set image: {want} (or remove image)")
 
 
 Bad = Callable[[str, Any, str, str], None]

@@ -37,6 +37,13 @@ AKS_CLUSTER = "azure-native:containerservice:ManagedCluster"
 FABRIC_LABEL = "gpufleet.io/fabric"
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+AWS_SUBNET = "aws:ec2/subnet:Subnet"
+AWS_SG_INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+AWS_SG_EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+GCP_NETWORK = "gcp:compute/network:Network"
+GCP_LUSTRE = "gcp:lustre/instance:Instance"
+ANY_IPV4 = "0.0.0.0/0"
 
 
 def _get(props: Mapping[str, Any], *path: str) -> Any:
@@ -249,6 +256,136 @@ def _inside(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip("/") + "/")
 
 
+# --- cloud gaps (issue 32): what the providers' documentation asks and a stack could silently undo ----------
+
+
+def efa_interfaces_on_every_card(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A multi-card instance type's EFA interfaces sit one per network card: stacked on one card they share its
+    bandwidth (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html)."""
+    if resource_type != AWS_LAUNCH_TEMPLATE or pool_role(resource_type, props) != "gpu":
+        return []
+    efa = [n for n in props.get("networkInterfaces") or [] if n.get("interfaceType") in ("efa", "efa-only")]
+    cards = {int(n.get("networkCardIndex") or 0) for n in efa}
+    if len(efa) > 1 and len(cards) < len(efa):
+        return [f"the GPU launch template puts {len(efa)} EFA interfaces on {len(cards)} network card(s); put "
+                "one on each card (networkCardIndex 0..n-1)"]
+    return []
+
+
+def gpu_launch_template_in_cluster_placement(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """EFA's low latency needs the instances in one cluster placement group
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html#placement-groups-cluster)."""
+    if resource_type != AWS_LAUNCH_TEMPLATE or pool_role(resource_type, props) != "gpu":
+        return []
+    if not _get(props, "placement", "groupName"):
+        return ["the GPU launch template has no placement group; put the pool in a cluster placement group "
+                "(placement.groupName)"]
+    return []
+
+
+def efa_group_references_itself(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """EFA's security group allows all traffic from and to itself, not from the world
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html#efa-start-security)."""
+    if resource_type != AWS_SG_INGRESS:
+        return []
+    if props.get("cidrIpv4") == ANY_IPV4 or props.get("cidrIpv6") == "::/0":
+        return ["a security group ingress rule allows traffic from anywhere; EFA's rule references its own "
+                "security group (referencedSecurityGroupId), reach anything else through the management network"]
+    return []
+
+
+def no_public_ip_on_launch(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type == AWS_SUBNET and _true(props.get("mapPublicIpOnLaunch")):
+        return ["a subnet assigns public IP addresses on launch; set mapPublicIpOnLaunch: false (the NAT gateway "
+                "gets the only public address)"]
+    return []
+
+
+def eks_endpoint_not_open_to_the_world(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A public EKS endpoint without publicAccessCidrs is open to 0.0.0.0/0, the API's default
+    (https://docs.aws.amazon.com/eks/latest/userguide/cluster-endpoint.html)."""
+    if resource_type != EKS_CLUSTER or not _true(_get(props, "vpcConfig", "endpointPublicAccess")):
+        return []
+    cidrs = _get(props, "vpcConfig", "publicAccessCidrs") or [ANY_IPV4]
+    if ANY_IPV4 in cidrs:
+        return ["the EKS API endpoint is public to 0.0.0.0/0; keep it private or list the networks that may "
+                "reach it (gpufleet:aws.public_access_cidrs)"]
+    return []
+
+
+def infiniband_pool_in_one_zone(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """One InfiniBand pool is one scale set on one InfiniBand network: spread over zones it would be split."""
+    if resource_type == AKS_CLUSTER:
+        return [msg for p in props.get("agentPoolProfiles") or [] if isinstance(p, Mapping)
+                for msg in infiniband_pool_in_one_zone(AKS_AGENT_POOL, p)]
+    if resource_type != AKS_AGENT_POOL or (props.get("nodeLabels") or {}).get(FABRIC_LABEL) != "infiniband":
+        return []
+    zones = props.get("availabilityZones") or []
+    if len(zones) != 1:
+        return [f"an InfiniBand pool spans zones {zones or 'unset'}; keep it in one zone (gpufleet:azure.zone)"]
+    return []
+
+
+def gpudirect_pool_on_cos(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """GPUDirect pools run the node image the catalog names for their flavour (Container-Optimized OS: Google's
+    GPUDirect guides and blueprints, cited in the catalog; an Ubuntu image has no GPUDirect NCCL plugin)."""
+    if resource_type != GKE_NODE_POOL or pool_role(resource_type, props) != "gpu":
+        return []
+    if not _get(props, "networkConfig", "additionalNodeNetworkConfigs"):
+        return []
+    mtype = str(_get(props, "nodeConfig", "machineType") or "")
+    flavour = _gpudirect_networks().get(mtype, ("none", 0))[0]
+    want = (_catalog()["gcp"]["gpudirect"].get(flavour) or {}).get("image")
+    image = str(_get(props, "nodeConfig", "imageType") or "")
+    if want and image.upper() != str(want).upper():
+        return [f"GPUDirect ({flavour}) pool on image {image or 'unset'}: it runs on {want} only; use "
+                "host_management: gke"]
+    return []
+
+
+def gke_gpu_networks_distinct(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """TCPX/TCPXO want one VPC per GPU NIC; RDMA NICs share one RoCE VPC, one subnet each
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx)."""
+    if resource_type != GKE_NODE_POOL or pool_role(resource_type, props) != "gpu":
+        return []
+    nets = _get(props, "networkConfig", "additionalNodeNetworkConfigs") or []
+    if len(nets) < 2:
+        return []
+    mtype = str(_get(props, "nodeConfig", "machineType") or "")
+    flavour = _gpudirect_networks().get(mtype, ("none", 0))[0]
+    key = "network" if flavour in ("tcpx", "tcpxo") else "subnetwork"
+    values = [str(n.get(key)) for n in nets]
+    if len(set(values)) < len(values):
+        return [f"the GPU node pool attaches its {len(values)} additional networks through "
+                f"{len(set(values))} distinct {key}(s); each GPU NIC needs its own"]
+    return []
+
+
+def _gpu_network_names(items: list[tuple[str, Mapping[str, Any]]]) -> set[str]:
+    return {str(n.get("network")) for t, p in items if t == GKE_NODE_POOL and pool_role(t, p) == "gpu"
+            for n in _get(p, "networkConfig", "additionalNodeNetworkConfigs") or []}
+
+
+def gcp_gpu_vpcs_jumbo_mtu(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """A GPUDirect VPC runs at the catalog's MTU (8244); GCP's default 1460 fragments every NCCL message."""
+    items = list(resources)
+    want = min((int(f["mtu"]) for f in _catalog()["gcp"]["gpudirect"].values() if f.get("mtu")), default=8244)
+    used = _gpu_network_names(items)
+    return [f"GPU VPC {p.get('name')} has MTU {p.get('mtu') or 1460}; set {want} or more"
+            for t, p in items if t == GCP_NETWORK and p.get("name") in used and not p.get("networkProfile")
+            and int(p.get("mtu") or 1460) < want]
+
+
+def lustre_fsnames_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """GKE's Managed Lustre CSI driver cannot mount two instances with one filesystem name on a node
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre#limitations)."""
+    names = [str(p.get("filesystem")) for t, p in resources if t == GCP_LUSTRE]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        return [f"Managed Lustre instances share the filesystem name {', '.join(dup)}; give each its own"]
+    return []
+
+
 ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
 StackCheck = Callable[[Iterable[tuple[str, Mapping[str, Any]]]], list[str]]
 
@@ -260,11 +397,26 @@ RESOURCE_POLICIES: dict[str, tuple[str, ResourceCheck]] = {
     "no-public-ip-gpu-nodes": ("GPU nodes have no public IP addresses", no_public_ip_on_gpu_nodes),
     "gpu-pools-have-their-fabric": ("GPU pools attach every fabric interface their machine type supports",
                                     gpu_pool_has_its_fabric),
+    "efa-interfaces-on-every-card": ("a GPU launch template puts its EFA interfaces on distinct network cards",
+                                     efa_interfaces_on_every_card),
+    "gpu-launch-template-in-cluster-placement": ("GPU launch templates name a cluster placement group",
+                                                 gpu_launch_template_in_cluster_placement),
+    "efa-group-references-itself": ("security group ingress never comes from 0.0.0.0/0",
+                                    efa_group_references_itself),
+    "no-public-ip-on-launch": ("subnets assign no public IP addresses on launch", no_public_ip_on_launch),
+    "eks-endpoint-not-open-to-the-world": ("a public EKS endpoint lists its allowed networks",
+                                           eks_endpoint_not_open_to_the_world),
+    "infiniband-pool-in-one-zone": ("an AKS InfiniBand pool stays in one zone", infiniband_pool_in_one_zone),
+    "gpudirect-pool-on-cos": ("GPUDirect-TCPX/TCPXO pools run Container-Optimized OS", gpudirect_pool_on_cos),
+    "gke-gpu-networks-distinct": ("every GPU NIC of a GKE pool has its own network", gke_gpu_networks_distinct),
 }
 STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
     "system-pool-exists": ("a system pool exists when GPU pools do", system_pool_exists),
     "gpu-nodes-tainted": ("existing GPU nodes get nvidia.com/gpu=present:NoSchedule", gpu_nodes_tainted),
     "datasets-checkpoints-distinct": ("dataset and checkpoint volumes are distinct", volumes_distinct),
+    "gcp-gpu-vpcs-jumbo-mtu": ("GKE GPU VPCs run at GPUDirect's MTU", gcp_gpu_vpcs_jumbo_mtu),
+    "lustre-fsnames-distinct": ("Managed Lustre instances have distinct filesystem names",
+                                lustre_fsnames_distinct),
 }
 
 

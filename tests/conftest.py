@@ -15,6 +15,11 @@ from typing import Any
 
 import pytest
 
+#: The day managed Kubernetes support windows are judged on in tests (gpufleet/catalog/kubernetes.py reads it):
+#: the catalog's read date, so the bundled stacks' tests do not start failing when a calendar date passes. The
+#: window checks themselves are tested with their own days (tests/test_kubernetes_versions.py).
+os.environ.setdefault("GPUFLEET_TODAY", "2026-12-04")
+
 #: Skip reasons that mean "reference data missing" (the tests' needs_shared-style markers all say so).
 REFERENCE_SKIP = re.compile(r"reference data|/shared/|upstream chart values")
 

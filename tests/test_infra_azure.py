@@ -66,7 +66,8 @@ def test_gpu_agent_pool_is_one_scale_set_on_infiniband_in_the_lustre_zone(plan: 
     assert pool["nodeTaints"] == ["nvidia.com/gpu=present:NoSchedule"]
     assert pool["availabilityZones"] == ["1"]
     assert [f["zones"] for f in (r.inputs for r in plan.of_type(AMLFS))] == [["1"], ["1"]]
-    assert pool["osSKU"] == "Ubuntu2204" and pool["osType"] == "Linux"
+    # AKS 1.35 ships Ubuntu 24.04 (gpufleet/catalog/kubernetes.yaml): the OS SKU follows the version.
+    assert pool["osSKU"] == "Ubuntu2404" and pool["osType"] == "Linux"
     # AKS must not install its own driver: the GPU Operator installs the lock's.
     assert pool["gpuProfile"] == {"driver": "None"}
     assert pool["enableNodePublicIP"] is False
@@ -151,6 +152,26 @@ def test_lustre_subnets_allow_lustre_from_the_nodes_only(plan: OfflinePlan) -> N
     assert subnets["azure-ndv5-lustre-datasets"]["networkSecurityGroup"] == {"id": "azure-ndv5-lustre-datasets-id"}
 
 
+def test_lustre_subnets_have_an_outbound_path_and_microsofts_rules(plan: OfflinePlan) -> None:
+    # AMLFS needs outbound access to Azure's services from its subnet (its prerequisites); a subnet with default
+    # outbound access off has none unless it has a NAT gateway
+    # (https://learn.microsoft.com/en-us/azure/azure-managed-lustre/amlfs-prerequisites).
+    subnets = {r.name: r.inputs for r in plan.of_type(SUBNET)}
+    for kind in ("datasets", "checkpoints"):
+        assert subnets[f"azure-ndv5-lustre-{kind}"]["natGateway"] == {"id": "azure-ndv5-nat-id"}
+    rules = {r.name: r.inputs["securityRules"] for r in plan.of_type(NSG)}
+    out = {rule["name"]: rule for rule in rules["azure-ndv5-lustre-checkpoints"] if rule["direction"] == "Outbound"}
+    # Microsoft's outbound rules for an AMLFS subnet
+    # (https://learn.microsoft.com/en-us/azure/azure-managed-lustre/configure-network-security-group).
+    allowed = {r["destinationAddressPrefix"]: r.get("destinationPortRange", r.get("destinationPortRanges"))
+               for r in out.values() if r["access"] == "Allow"}
+    assert allowed["AzureMonitor"] == allowed["AzureCloud"] == allowed["AzureKeyVault"] == "443"
+    assert allowed["Storage.eastus"] == "443"
+    assert allowed["VirtualNetwork"] == ["988", "1019-1023"]
+    assert out["deny-internet"]["access"] == "Deny" and out["deny-internet"]["destinationAddressPrefix"] == "Internet"
+    assert max(r["priority"] for r in out.values() if r["access"] == "Allow") < out["deny-internet"]["priority"]
+
+
 # --- storage ---------------------------------------------------------------------------------------------
 
 
@@ -180,12 +201,59 @@ def test_lustre_client_installer_pins_release_and_key(plan: OfflinePlan) -> None
     assert init["command"][:8] == ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid"]
     script = init["command"][-1]
     client = AZURE.lustre_client
+    repo = client.repos["Ubuntu2404"]
     assert f"^fpr:::::::::{client.key_fingerprint}:" in script
     assert f"apt-cache pkgnames amlfs-lustre-client-{client.release}-" in script
     assert 'apt-get install -y -q "$pkg=$(uname -r)"' in script
-    assert f"{client.repo} {client.suite} main" in script
-    assert init["image"] == client.installer_image and init["securityContext"] == {"privileged": True}
+    # The client repository follows the node image (noble for AKS 1.35's Ubuntu 24.04).
+    assert f"{repo.repo} noble main" in script and "jammy" not in script
+    assert init["image"] == repo.installer_image and init["securityContext"] == {"privileged": True}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_node_os_and_lustre_repository_follow_the_kubernetes_version(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLEET_TODAY", "2026-11-01")  # 1.34 still in community support
+
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:azure"].update(kubernetes_version="1.34")
+
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
+    assert {r.inputs["osSKU"] for r in plan.of_type(POOL)} == {"Ubuntu2204"}
+    script = one(plan, "kubernetes:apps/v1:DaemonSet", "amlfs-lustre-client").inputs["spec"]["template"]["spec"][
+        "initContainers"][0]["command"][-1]
+    assert "amlfs-jammy/ jammy main" in script
+
+
+def test_infiniband_pools_register_the_aks_infiniband_feature_first(plan: OfflinePlan) -> None:
+    # AKS's RDMA/InfiniBand prerequisites: AKSInfinibandSupport lands a pool's VMs on one InfiniBand network
+    # (https://azure.github.io/aks-rdma-infiniband/getting-started/prerequisites).
+    (feature,) = plan.of_type("azure-native:features:SubscriptionFeatureRegistration")
+    assert (feature.inputs["providerNamespace"], feature.inputs["featureName"]) == (
+        "Microsoft.ContainerService", "AKSInfinibandSupport")
+    # The cluster (and so its pools) waits for it.
+    cluster = plan.of_type(CLUSTER)[0]
+    assert feature.urn in cluster.depends_on
+
+
+def test_no_infiniband_feature_without_an_infiniband_pool(tmp_path: Path) -> None:
+    def change(cfg: dict[str, Any]) -> None:
+        for pool in cfg["gpufleet:pools"]:
+            if pool["role"] == "gpu":
+                pool["fabric"] = "none"
+
+    plan = evaluate_spec(STACK.variant(tmp_path, change))
+    assert plan.of_type("azure-native:features:SubscriptionFeatureRegistration") == []
+
+
+def test_long_term_support_sets_premium_tier_and_lts_plan(tmp_path: Path) -> None:
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:azure"].update(kubernetes_version="1.33", long_term_support=True)
+
+    cluster = evaluate_spec(STACK.variant(tmp_path, change)).of_type(CLUSTER)[0].inputs
+    assert cluster["sku"] == {"name": "Base", "tier": "Premium"}
+    assert cluster["supportPlan"] == "AKSLongTermSupport"
+    assert "supportPlan" not in STACK.plan().of_type(CLUSTER)[0].inputs
 
 
 # --- the platform layer gets the backend's provider -------------------------------------------------------

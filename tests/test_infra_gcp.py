@@ -237,7 +237,7 @@ def test_multi_network_objects_per_gpu_nic(plan: OfflinePlan) -> None:
 def test_managed_lustre_instances_and_gke_pvs(plan: OfflinePlan) -> None:
     fs = {r.name: r.inputs for r in plan.of_type(LUSTRE)}
     assert fs["gcp-a3mega-datasets"] | {} == {
-        "instanceId": "gcp-a3mega-datasets", "location": "us-east4-a", "filesystem": "lustrefs",
+        "instanceId": "gcp-a3mega-datasets", "location": "us-east4-a", "filesystem": "lustreds",
         "capacityGib": "36000", "perUnitStorageThroughput": "250", "network": "gcp-a3mega-net-id",
         "gkeSupportEnabled": False, "labels": {"gpufleet-cluster": "gcp-a3mega", "gpufleet-volume": "datasets"}}
     assert (fs["gcp-a3mega-checkpoints"]["capacityGib"], fs["gcp-a3mega-checkpoints"]["perUnitStorageThroughput"]) == (
@@ -249,11 +249,22 @@ def test_managed_lustre_instances_and_gke_pvs(plan: OfflinePlan) -> None:
     # GKE's driver's own PV format: <project>/<zone>/<instance>, the instance's address and fsname.
     assert ds == {"driver": "lustre.csi.storage.gke.io", "readOnly": True,
                   "volumeHandle": "example-ml-project/us-east4-a/gcp-a3mega-datasets",
-                  "volumeAttributes": {"ip": "gcp-a3mega-datasets.lustre.offline.invalid", "filesystem": "lustrefs"}}
+                  "volumeAttributes": {"ip": "gcp-a3mega-datasets.lustre.offline.invalid", "filesystem": "lustreds"}}
     assert vols["lustre-checkpoints-training"]["spec"]["csi"]["volumeHandle"] == (
         "example-ml-project/us-east4-a/gcp-a3mega-checkpoints")
     # GKE runs the driver (an add-on): the platform's Lustre CSI chart is not installed.
     assert "lustre-csi-driver" not in {r.inputs["chart"] for r in plan.of_type(RELEASE)}
+
+
+def test_each_lustre_instance_has_its_own_fsname_and_its_pv_carries_it(plan: OfflinePlan) -> None:
+    # GKE's Managed Lustre CSI driver cannot mount volumes of two instances with one filesystem name on a node
+    # (https://cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre#limitations); pods mount both.
+    fs = {r.inputs["instanceId"]: r.inputs["filesystem"] for r in plan.of_type(LUSTRE)}
+    assert fs == {"gcp-a3mega-datasets": "lustreds", "gcp-a3mega-checkpoints": "lustreck"}
+    vols = pvs(plan)
+    assert {k: v["spec"]["csi"]["volumeAttributes"]["filesystem"] for k, v in vols.items()
+            if k.startswith("lustre-")} == {"lustre-datasets-training": "lustreds",
+                                            "lustre-checkpoints-training": "lustreck"}
 
 
 def test_lustre_behind_private_services_access(plan: OfflinePlan) -> None:

@@ -111,13 +111,18 @@ class ManagedLustre(_Frozen):
         return next((s.prefix for s in self.subnet_prefix if tib <= s.max_tib), None)
 
 
-class LustreClient(_Frozen):
-    release: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+class AptRepo(_Frozen):
     repo: str = Field(pattern=r"^https://\S+/$")
     suite: str = Field(pattern=r"^[a-z]+$")
+    installer_image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
+
+
+class LustreClient(_Frozen):
+    release: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    #: Microsoft's client repository per AKS node OS SKU (Ubuntu2204, Ubuntu2404).
+    repos: dict[str, AptRepo]
     key_url: str = Field(pattern=r"^https://\S+$")
     key_fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
-    installer_image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
     source: str = Field(pattern=r"^https://\S+$")
 
 

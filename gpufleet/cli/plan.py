@@ -138,6 +138,14 @@ def _print_cloud(console: Console, cloud: dict[str, Any]) -> None:
         table.add_row(p["pool"], p["instance_type"], f"{p['nodes']} (max {p['max_nodes']})", gpus, p["fabric"],
                       p["placement"], p["capacity"], cost)
     console.print(table)
+    k = cloud["kubernetes"]
+    console.print(f"Kubernetes {k['version']}: {k['support']}"
+                  + (f" until {k['support_end']}" if k.get("support_end") else "") + f" ({k['source']})",
+                  markup=False, highlight=False)
+    for p in cloud["pools"]:
+        if p.get("lustre_csi_driver"):
+            console.print(f"  {p['pool']} Lustre CSI driver: {p['lustre_csi_driver']}", markup=False,
+                          highlight=False)
     console.print(f"cluster total: [bold]{cloud['total_usd_per_hour']:.2f} USD/h[/] ({cloud['cost_note']})")
     for p in cloud["pools"]:
         if p.get("driver"):

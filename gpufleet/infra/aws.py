@@ -236,6 +236,10 @@ class AwsCluster(pulumi.ComponentResource):
         role = self._role(f"{name}-cluster", "eks.amazonaws.com", ("AmazonEKSClusterPolicy",))
         self.cluster = aws.eks.Cluster(
             name, name=spec.cluster_name, role_arn=role.arn, version=cfg.kubernetes_version,
+            # Standard support only unless the stack opts into extended support (EKS's default is EXTENDED,
+            # billed per cluster hour once a version leaves standard support:
+            # https://docs.aws.amazon.com/eks/latest/userguide/extended-support-control.html).
+            upgrade_policy={"support_type": "EXTENDED" if cfg.long_term_support else "STANDARD"},
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             vpc_config={"subnet_ids": [s.id for s in self.private_subnets], "endpoint_private_access": True,
                         "endpoint_public_access": cfg.endpoint_public_access,

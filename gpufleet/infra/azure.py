@@ -32,9 +32,18 @@ import pulumi
 import pulumi_azure_native as azure_native
 import pulumi_kubernetes as k8s
 import yaml
-from pulumi_azure_native import authorization, containerservice, managedidentity, network, resources, storagecache
+from pulumi_azure_native import (
+    authorization,
+    containerservice,
+    features,
+    managedidentity,
+    network,
+    resources,
+    storagecache,
+)
 
 from gpufleet.catalog.clouds import AZURE
+from gpufleet.catalog.kubernetes import node_os
 from gpufleet.infra.contract import BackendHandles, PoolHandle
 from gpufleet.infra.scheduling import FABRIC_LABEL, gpu_node_tolerations, node_labels, node_taints, taint_spec
 from gpufleet.inventory.writer import AZURE_CLUSTER_TAG, AZURE_NODE_GROUP, AZURE_POOL_TAG, AZURE_ROLE_TAG
@@ -53,6 +62,12 @@ DNS_SERVICE_IP = "172.16.0.10"
 #: The Lustre client installer's namespace and name.
 CLIENT_NAMESPACE = "kube-system"
 CLIENT_NAME = "amlfs-lustre-client"
+#: The subscription feature that lands an AKS node pool's VMs on one physical InfiniBand network: without it the
+#: VMs of a pool of an InfiniBand size may be on different InfiniBand networks and RDMA between them fails
+#: (AKS's RDMA over InfiniBand prerequisites, https://azure.github.io/aks-rdma-infiniband/getting-started/prerequisites
+#: and https://github.com/Azure/aks-rdma-infiniband: `az feature register --namespace
+#: Microsoft.ContainerService --name AKSInfinibandSupport`).
+INFINIBAND_FEATURE = ("Microsoft.ContainerService", "AKSInfinibandSupport")
 
 
 def subnet_plan(cfg: Azure, lustre_tib: dict[str, int]) -> dict[str, str]:
@@ -73,10 +88,22 @@ def subnet_plan(cfg: Azure, lustre_tib: dict[str, int]) -> dict[str, str]:
     return plan
 
 
-def lustre_security_rules(nodes: str, subnet: str) -> list[dict[str, Any]]:
+def lustre_security_rules(nodes: str, subnet: str, location: str) -> list[dict[str, Any]]:
     """Rules of a file system's subnet: Lustre from the nodes, everything within the subnet (its own servers),
-    nothing else from the VNet; out to Azure's services (the prerequisites Microsoft lists)."""
+    nothing else from the VNet; out, the rules Microsoft lists for an AMLFS subnet (Azure Monitor, the region's
+    storage, Key Vault, Azure's cloud services on 443, Lustre within the VNet) and nothing else to the
+    Internet (https://learn.microsoft.com/en-us/azure/azure-managed-lustre/configure-network-security-group,
+    https://learn.microsoft.com/en-us/azure/azure-managed-lustre/amlfs-prerequisites#network-prerequisites)."""
     ports = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in AZURE.managed_lustre.ports]
+
+    def out(name: str, priority: int, destination: str, **extra: Any) -> dict[str, Any]:
+        rule: dict[str, Any] = {"name": name, "priority": priority, "direction": "Outbound", "access": "Allow",
+                                "protocol": "Tcp", "source_address_prefix": "VirtualNetwork",
+                                "source_port_range": "*", "destination_address_prefix": destination,
+                                "destination_port_range": "443"}
+        rule.update(extra)
+        return {k: v for k, v in rule.items() if v is not None}
+
     return [
         {"name": "lustre-from-nodes", "priority": 100, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
          "source_address_prefix": nodes, "source_port_range": "*", "destination_address_prefix": subnet,
@@ -87,17 +114,28 @@ def lustre_security_rules(nodes: str, subnet: str) -> list[dict[str, Any]]:
         {"name": "deny-vnet", "priority": 4000, "direction": "Inbound", "access": "Deny", "protocol": "*",
          "source_address_prefix": "VirtualNetwork", "source_port_range": "*", "destination_address_prefix": "*",
          "destination_port_range": "*"},
-        {"name": "to-azure-cloud", "priority": 100, "direction": "Outbound", "access": "Allow", "protocol": "*",
-         "source_address_prefix": "VirtualNetwork", "source_port_range": "*",
-         "destination_address_prefix": "AzureCloud", "destination_port_range": "*"},
+        out("to-azure-monitor", 100, "AzureMonitor"),
+        out("to-azure-cloud", 110, "AzureCloud"),
+        out("to-storage", 120, f"Storage.{location}"),
+        out("to-key-vault", 130, "AzureKeyVault"),
+        out("lustre-within-vnet", 140, "VirtualNetwork", destination_port_range=None,
+            destination_port_ranges=ports),
+        {"name": "within-subnet-out", "priority": 150, "direction": "Outbound", "access": "Allow", "protocol": "*",
+         "source_address_prefix": subnet, "source_port_range": "*", "destination_address_prefix": subnet,
+         "destination_port_range": "*"},
+        {"name": "deny-internet", "priority": 4000, "direction": "Outbound", "access": "Deny", "protocol": "*",
+         "source_address_prefix": "*", "source_port_range": "*", "destination_address_prefix": "Internet",
+         "destination_port_range": "*"},
     ]
 
 
-def lustre_client_script() -> str:
-    """What the installer runs on the node (through nsenter into the host): Microsoft's repository, trusted
-    only when its key has the pinned fingerprint, then the client metapackage of the pinned release whose
-    version is the running kernel (it keeps kernel and Lustre modules in lockstep), then the module."""
+def lustre_client_script(os_sku: str) -> str:
+    """What the installer runs on the node (through nsenter into the host): Microsoft's repository for the
+    node's Ubuntu release, trusted only when its key has the pinned fingerprint, then the client metapackage
+    of the pinned release whose version is the running kernel (it keeps kernel and Lustre modules in
+    lockstep), then the module."""
     c = AZURE.lustre_client
+    r = c.repos[os_sku]
     key = "/usr/share/keyrings/gpufleet-amlfs.gpg"
     return "\n".join([
         "set -eu",
@@ -107,7 +145,7 @@ def lustre_client_script() -> str:
         f"  curl -fsSL {c.key_url} | gpg --dearmor > {key}.new",
         f"  gpg --show-keys --with-colons {key}.new | grep -q '^fpr:::::::::{c.key_fingerprint}:'",
         f"  mv {key}.new {key}",
-        f'  echo "deb [arch=amd64 signed-by={key}] {c.repo} {c.suite} main" > /etc/apt/sources.list.d/amlfs.list',
+        f'  echo "deb [arch=amd64 signed-by={key}] {r.repo} {r.suite} main" > /etc/apt/sources.list.d/amlfs.list',
         "  apt-get update -q",
         f'  pkg="$(apt-cache pkgnames amlfs-lustre-client-{c.release}- | sort | tail -n1)"',
         '  test -n "$pkg"',
@@ -117,10 +155,19 @@ def lustre_client_script() -> str:
     ]) + "\n"
 
 
+def node_os_sku(spec: ClusterSpec, pool: NodePool | None = None) -> str:
+    """The AKS OS SKU of a pool: its image, else the Ubuntu release AKS ships for the cluster's version
+    (gpufleet/catalog/kubernetes.yaml): one name for the node image and the Lustre client repository."""
+    if pool is not None and pool.image is not None:
+        return pool.image
+    version = spec.azure.kubernetes_version if spec.azure is not None else ""
+    return node_os("azure", version) or "Ubuntu2204"
+
+
 def lustre_client_daemonset(spec: ClusterSpec) -> dict[str, Any]:
     """The installer: an init container enters the host's namespaces and runs :func:`lustre_client_script`
     (AKS has no user data), then a pause container keeps the pod (and so the node's readiness) visible."""
-    c = AZURE.lustre_client
+    r = AZURE.lustre_client.repos[node_os_sku(spec)]
     labels = {"app.kubernetes.io/name": CLIENT_NAME, "app.kubernetes.io/part-of": "gpufleet"}
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
@@ -135,12 +182,12 @@ def lustre_client_daemonset(spec: ClusterSpec) -> dict[str, Any]:
                     "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
                                     *gpu_node_tolerations(spec.gpu_pools)],
                     "initContainers": [{
-                        "name": "install", "image": c.installer_image,
+                        "name": "install", "image": r.installer_image,
                         "command": ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid",
-                                    "--", "sh", "-c", lustre_client_script()],
+                                    "--", "sh", "-c", lustre_client_script(node_os_sku(spec))],
                         "securityContext": {"privileged": True},
                     }],
-                    "containers": [{"name": "pause", "image": c.installer_image, "command": ["sleep", "infinity"],
+                    "containers": [{"name": "pause", "image": r.installer_image, "command": ["sleep", "infinity"],
                                     "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}}}],
                 },
             },
@@ -201,6 +248,7 @@ class AzureCluster(pulumi.ComponentResource):
                                           "checkpoints": lustre.checkpoints.capacity_gib // 1024})
         self.plan = subnet_plan(cfg, tib)
         self._network(name)
+        self._infiniband_feature(name)
         self._cluster(name)
         self.pools = [PoolHandle(p, (), taints_at_registration=True) for p in spec.pools]
         self.agent_pools = [self._agent_pool(name, p) for p in spec.pools if p is not self.system_pool]
@@ -250,13 +298,29 @@ class AzureCluster(pulumi.ComponentResource):
             nsg = network.NetworkSecurityGroup(
                 f"{name}-{role}", resource_group_name=rg,
                 network_security_group_name=f"{self.spec.cluster_name}-{role}",
-                security_rules=lustre_security_rules(self.plan["nodes"], prefix), tags=self.tags, opts=self._opts())
+                security_rules=lustre_security_rules(self.plan["nodes"], prefix, cfg.location), tags=self.tags, opts=self._opts())
+            # Outbound through the NAT gateway: AMLFS needs its path to Azure's services (its prerequisites) and a
+            # subnet without default outbound access has none otherwise
+            # (https://learn.microsoft.com/en-us/azure/virtual-network/ip-services/default-outbound-access).
             self.lustre_subnets[role.removeprefix("lustre-")] = network.Subnet(
                 f"{name}-{role}", resource_group_name=rg, virtual_network_name=self.vnet.name, subnet_name=role,
-                address_prefix=prefix, network_security_group={"id": nsg.id}, default_outbound_access=False,
+                address_prefix=prefix, network_security_group={"id": nsg.id}, nat_gateway={"id": self.nat.id},
+                default_outbound_access=False,
                 opts=self._opts([self.nodes_subnet]))
 
     # --- AKS ----------------------------------------------------------------------------------------------
+
+    def _infiniband_feature(self, name: str) -> None:
+        """Registers AKSInfinibandSupport when a pool is on InfiniBand, before the pools exist: a resource, not a
+        preflight, so the first ``pulumi up`` gets it without a manual ``az feature register``. It is a
+        subscription-wide setting other clusters may rely on: kept when the stack is destroyed."""
+        self.infiniband_feature: features.SubscriptionFeatureRegistration | None = None
+        if not any(p.fabric == "infiniband" for p in self.spec.pools):
+            return
+        namespace, feature = INFINIBAND_FEATURE
+        self.infiniband_feature = features.SubscriptionFeatureRegistration(
+            f"{name}-infiniband", provider_namespace=namespace, feature_name=feature, properties={},
+            opts=pulumi.ResourceOptions(parent=self, provider=self.azure_provider, retain_on_delete=True))
 
     def _cluster(self, name: str) -> None:
         cfg, spec = self.cfg, self.spec
@@ -276,6 +340,10 @@ class AzureCluster(pulumi.ComponentResource):
         if cfg.ssh_public_key is not None:
             extra["linux_profile"] = {"admin_username": cfg.ssh_user,
                                       "ssh": {"public_keys": [{"key_data": cfg.ssh_public_key}]}}
+        if cfg.long_term_support:
+            # AKS long-term support: the Premium tier and the LTS plan
+            # (https://learn.microsoft.com/en-us/azure/aks/long-term-support).
+            extra.update(sku={"name": "Base", "tier": "Premium"}, support_plan="AKSLongTermSupport")
         self.cluster = containerservice.ManagedCluster(
             name, resource_group_name=self.group.name, resource_name_=spec.cluster_name, location=cfg.location,
             dns_prefix=spec.cluster_name, kubernetes_version=cfg.kubernetes_version,
@@ -289,7 +357,9 @@ class AzureCluster(pulumi.ComponentResource):
                              "outbound_type": "userAssignedNATGateway", "pod_cidr": POD_CIDR,
                              "service_cidr": SERVICE_CIDR, "dns_service_ip": DNS_SERVICE_IP},
             agent_pool_profiles=[{"name": self.system_pool.name, **self._pool_args(self.system_pool)}],
-            tags=self.tags, **extra, opts=self._opts([assignment, self.nodes_subnet]))
+            tags=self.tags, **extra,
+            opts=self._opts([assignment, self.nodes_subnet,
+                             *([self.infiniband_feature] if self.infiniband_feature is not None else [])]))
 
     def _pool_args(self, pool: NodePool) -> dict[str, Any]:
         """Arguments of an agent pool (the same for the cluster's System pool and separate pools)."""
@@ -303,7 +373,7 @@ class AzureCluster(pulumi.ComponentResource):
             "type": "VirtualMachineScaleSets",
             "vm_size": pool.instance_type,
             "os_type": "Linux",
-            "os_sku": pool.image or "Ubuntu2204",
+            "os_sku": node_os_sku(self.spec, pool),
             "vnet_subnet_id": self.nodes_subnet.id,
             "enable_node_public_ip": False,
             "node_labels": labels,

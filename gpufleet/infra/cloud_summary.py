@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.catalog import kubernetes as kv
 from gpufleet.catalog.clouds import AWS, AZURE, GCP, Price
 from gpufleet.lock import Lock, pool_driver
 from gpufleet.spec import ClusterSpec, NodePool
@@ -70,6 +71,26 @@ def _gcp_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price 
 
 
 _POOLS = {"aws": _aws_pool, "azure": _azure_pool, "gcp": _gcp_pool}
+#: The Lustre CSI driver that mounts each cloud's managed Lustre on the pools' nodes (the platform layer's PVs).
+LUSTRE_CSI_DRIVERS = {"aws": "lustre-csi.hpe.com", "azure": "lustre-csi.hpe.com",
+                      "gcp": GCP.managed_lustre.csi_driver}
+
+
+def kubernetes_summary(spec: ClusterSpec) -> dict[str, Any]:
+    """The managed Kubernetes version, where it stands today in the cloud's support calendar and the source
+    (gpufleet/catalog/kubernetes.yaml). GKE follows its release channel: the channel is the version."""
+    cfg = getattr(spec, spec.backend)
+    if spec.backend == "gcp":
+        return {"version": cfg.kubernetes_version or f"{cfg.release_channel} channel default",
+                "release_channel": cfg.release_channel, "support": "follows the release channel",
+                "support_end": None,
+                "source": "https://cloud.google.com/kubernetes-engine/docs/release-schedule"}
+    on = kv.today()
+    standing = kv.support(spec.backend, cfg.kubernetes_version, on, cfg.long_term_support)
+    return {"version": cfg.kubernetes_version, "long_term_support": cfg.long_term_support,
+            "support": standing.status if standing else "unknown",
+            "support_end": str(standing.ends) if standing and standing.ends else None,
+            "as_of": str(on), "source": standing.source if standing else None}
 
 
 def _region(spec: ClusterSpec) -> str:
@@ -106,6 +127,8 @@ def cloud_summary(spec: ClusterSpec, lock: Lock | None = None) -> dict[str, Any]
             "host_management": pool.host_management,
             "instance_source": facts["instance_source"],
         }
+        if spec.storage.lustre is not None:
+            entry["lustre_csi_driver"] = LUSTRE_CSI_DRIVERS[spec.backend]
         if lock is not None and pool.role == "gpu":
             entry["driver"] = pool_driver(lock, pool.host_management)
         if price is None:
@@ -119,6 +142,7 @@ def cloud_summary(spec: ClusterSpec, lock: Lock | None = None) -> dict[str, Any]
         pools.append(entry)
     return {
         "cloud": spec.backend, "region": region, **SERVICES[spec.backend],
+        "kubernetes": kubernetes_summary(spec),
         "pools": pools,
         "total_usd_per_hour": round(total, 4),
         "total_complete": not missing,

@@ -114,6 +114,18 @@ def _mount_attributes(mount_point: str) -> dict[str, str]:
     return {"ip": nid.split("@", 1)[0], "filesystem": fsname}
 
 
+#: Suffixes that tell the two instances' file system names apart (a name is 1-8 letters and digits).
+FSNAME_SUFFIX = {"datasets": "ds", "checkpoints": "ck"}
+
+
+def instance_fsnames(fsname: str) -> dict[str, str]:
+    """One Lustre file system name per Managed Lustre instance: volumes of different instances with the same
+    ``filesystem`` name cannot be mounted on one node (a limitation of GKE's Managed Lustre CSI driver,
+    https://cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre#limitations), and every training
+    pod mounts both. The stack's name keeps its first six characters, a two-letter suffix names the volume."""
+    return {kind: f"{fsname[:6]}{suffix}" for kind, suffix in FSNAME_SUFFIX.items()}
+
+
 class GcpCluster(pulumi.ComponentResource):
     """Everything of a stack that lives in Google Cloud, and the Kubernetes provider of its GKE cluster."""
 
@@ -333,10 +345,11 @@ class GcpCluster(pulumi.ComponentResource):
                          source_ranges=[cfg.lustre_cidr], opts=self._opts())
         handles: dict[str, pulumi.Output[str]] = {}
         attributes: dict[str, dict[str, pulumi.Output[str]]] = {}
+        fsnames = instance_fsnames(lustre_spec.fsname)
         for kind, volume in (("datasets", lustre_spec.datasets), ("checkpoints", lustre_spec.checkpoints)):
             instance_id = f"{self.spec.cluster_name}-{kind}"
             inst = lustre.Instance(
-                f"{name}-{kind}", instance_id=instance_id, location=cfg.zone, filesystem=lustre_spec.fsname,
+                f"{name}-{kind}", instance_id=instance_id, location=cfg.zone, filesystem=fsnames[kind],
                 capacity_gib=str(volume.capacity_gib),
                 per_unit_storage_throughput=str(volume.throughput_mbps_per_tib),
                 network=self.network.id, gke_support_enabled=False,
