@@ -271,7 +271,8 @@ class NodePool(_Strict):
         "Static hosts (existing backend).", [{"name": "gpu-a-0", "address": "192.0.2.20"}]))
     image: str | None = Field(None, pattern=CLOUD_IMAGE, **_doc(
         "Cloud pools: the machine image. AWS: eks-standard (the EKS Amazon Linux 2023 AMI without NVIDIA "
-        "driver; default) or your AMI by id (ami-...). Azure: Ubuntu2204 (default). Google Cloud: "
+        "driver; default) or your AMI by id (ami-...). Azure: Ubuntu2204 or Ubuntu2404 (default: the release "
+        "AKS ships for the Kubernetes version). Google Cloud: "
         "COS_CONTAINERD or UBUNTU_CONTAINERD (the default for ansible pools and operator GPU pools).",
         "eks-standard"))
     capacity: Capacity = Field(default_factory=Capacity, **_doc(

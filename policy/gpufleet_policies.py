@@ -277,9 +277,11 @@ def gpu_launch_template_in_cluster_placement(resource_type: str, props: Mapping[
     (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html#placement-groups-cluster)."""
     if resource_type != AWS_LAUNCH_TEMPLATE or pool_role(resource_type, props) != "gpu":
         return []
-    if not _get(props, "placement", "groupName"):
-        return ["the GPU launch template has no placement group; put the pool in a cluster placement group "
-                "(placement.groupName)"]
+    # A GPU pool without EFA (fabric: none) has no inter-node GPU traffic to keep close.
+    efa = any(n.get("interfaceType") in ("efa", "efa-only") for n in props.get("networkInterfaces") or [])
+    if efa and not _get(props, "placement", "groupName"):
+        return ["the GPU launch template attaches EFA but no placement group; put the pool in a cluster "
+                "placement group (placement.groupName)"]
     return []
 
 

@@ -175,6 +175,20 @@ def test_nodes_live_in_private_subnets_behind_nat(plan: OfflinePlan) -> None:
     assert sorted(cluster["vpcConfig"]["subnetIds"]) == sorted(f"{n}-id" for n in private)
 
 
+def test_eks_version_in_standard_support_and_upgrade_policy_follows_the_opt_in(plan: OfflinePlan,
+                                                                             tmp_path: Path) -> None:
+    cluster = plan.of_type("aws:eks/cluster:Cluster")[0].inputs
+    # EKS's default is EXTENDED (billed once standard support ends): gpufleet asks for STANDARD unless the stack
+    # opts in (https://docs.aws.amazon.com/eks/latest/userguide/extended-support-control.html).
+    assert (cluster["version"], cluster["upgradePolicy"]) == ("1.35", {"supportType": "STANDARD"})
+
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["gpufleet:aws"].update(kubernetes_version="1.33", long_term_support=True)
+
+    lts = evaluate_spec(STACK.variant(tmp_path, change)).of_type("aws:eks/cluster:Cluster")[0].inputs
+    assert (lts["version"], lts["upgradePolicy"]) == ("1.33", {"supportType": "EXTENDED"})
+
+
 def test_efa_security_group_allows_all_traffic_within_itself(plan: OfflinePlan) -> None:
     ingress = [r.inputs for r in plan.of_type(INGRESS) if r.inputs["securityGroupId"] == "aws-p5-efa-id"]
     egress = [r.inputs for r in plan.of_type(EGRESS) if r.inputs["securityGroupId"] == "aws-p5-efa-id"]
@@ -338,6 +352,12 @@ def test_plan_json_names_fabric_lustre_service_and_cost() -> None:
     assert p5["usd_per_hour"] == round(2 * price.usd_per_hour, 4) and p5["price_source"] == price.source
     assert cloud["total_usd_per_hour"] == round(2 * price.usd_per_hour + 3 * sys_price.usd_per_hour, 4)
     assert cloud["total_complete"] is True
+    # The managed Kubernetes version, its support end and source (GPUFLEET_TODAY pins the day: tests/conftest.py).
+    assert cloud["kubernetes"] == {
+        "version": "1.35", "long_term_support": False, "support": "standard", "support_end": "2027-03-27",
+        "as_of": "2026-12-04",
+        "source": "https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html#kubernetes-release-calendar"}
+    assert {p["lustre_csi_driver"] for p in cloud["pools"]} == {"lustre-csi.hpe.com"}
 
 
 def test_every_instance_type_and_price_cites_its_source() -> None:

@@ -99,3 +99,24 @@ def test_plan_bad_stack_names_the_file() -> None:
     r = CliRunner().invoke(app, ["--stack", "nope"])
     assert r.exit_code == 1
     assert "stacks/Pulumi.nope.yaml" in r.output and "stack file not found" in r.output
+
+
+@pytest.mark.parametrize(("stack", "version", "support_end", "driver"), [
+    ("aws-p5", "1.35", "2027-03-27", "lustre-csi.hpe.com"),
+    ("azure-ndv5", "1.35", "2027-03-31", "lustre-csi.hpe.com"),
+    ("gcp-a3mega", "REGULAR channel default", None, "lustre.csi.storage.gke.io"),
+])
+def test_plan_shows_kubernetes_support_and_each_pools_lustre_csi_driver(
+        monkeypatch: pytest.MonkeyPatch, stack: str, version: str, support_end: str | None, driver: str) -> None:
+    monkeypatch.setenv("GPUFLEET_TODAY", "2026-12-04")
+    r = CliRunner().invoke(app, ["--stack", stack, "--json"])
+    if r.exit_code != 0 and "extra" in r.output:
+        pytest.skip(f"cloud extra not installed: missing reference data ({r.output.strip()[:80]})")
+    assert r.exit_code == 0, r.output
+    cloud = json.loads(r.output)["cloud"]
+    k = cloud["kubernetes"]
+    assert (k["version"], k["support_end"]) == (version, support_end)
+    assert k["source"].startswith("https://")
+    assert {p["pool"]: p["lustre_csi_driver"] for p in cloud["pools"]} == {p["pool"]: driver for p in cloud["pools"]}
+    human = CliRunner().invoke(app, ["--stack", stack], env={"COLUMNS": "200", "GPUFLEET_TODAY": "2026-12-04"})
+    assert f"Kubernetes {version}" in human.output and k["source"] in human.output

@@ -33,8 +33,8 @@ def _first(items: Items, type_: str, where: Callable[[dict[str, Any]], bool] = l
 
 
 def _gpu(p: dict[str, Any]) -> bool:
-    labels = p.get("tags") or p.get("nodeLabels") or (p.get("nodeConfig") or {}).get("labels") or {}
-    return bool(labels.get("gpufleet.io/role") == "gpu")
+    where = (p.get("tags"), p.get("nodeLabels"), (p.get("nodeConfig") or {}).get("labels"))
+    return any(isinstance(labels, dict) and labels.get("gpufleet.io/role") == "gpu" for labels in where)
 
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -136,8 +136,18 @@ def test_policies_construct_without_a_server() -> None:
         "helm-charts-pinned",
         "no-public-ip-gpu-nodes",
         "gpu-pools-have-their-fabric",
+        "efa-interfaces-on-every-card",
+        "gpu-launch-template-in-cluster-placement",
+        "efa-group-references-itself",
+        "no-public-ip-on-launch",
+        "eks-endpoint-not-open-to-the-world",
+        "infiniband-pool-in-one-zone",
+        "gpudirect-pool-on-cos",
+        "gke-gpu-networks-distinct",
         "system-pool-exists",
         "gpu-nodes-tainted",
         "datasets-checkpoints-distinct",
+        "gcp-gpu-vpcs-jumbo-mtu",
+        "lustre-fsnames-distinct",
     ]
     assert all(p.enforcement_level.value == "mandatory" for p in pols)

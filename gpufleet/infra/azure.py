@@ -298,7 +298,8 @@ class AzureCluster(pulumi.ComponentResource):
             nsg = network.NetworkSecurityGroup(
                 f"{name}-{role}", resource_group_name=rg,
                 network_security_group_name=f"{self.spec.cluster_name}-{role}",
-                security_rules=lustre_security_rules(self.plan["nodes"], prefix, cfg.location), tags=self.tags, opts=self._opts())
+                security_rules=lustre_security_rules(self.plan["nodes"], prefix, cfg.location), tags=self.tags,
+                opts=self._opts())
             # Outbound through the NAT gateway: AMLFS needs its path to Azure's services (its prerequisites) and a
             # subnet without default outbound access has none otherwise
             # (https://learn.microsoft.com/en-us/azure/virtual-network/ip-services/default-outbound-access).
