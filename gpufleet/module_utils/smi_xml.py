@@ -56,7 +56,9 @@ SETTINGS = {
     "clocks_memory_mhz": "app_clocks_memory_mhz",
     "clocks_graphics_mhz": "app_clocks_graphics_mhz",
 }
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+# Digits bounded: nvidia-smi prints at most ~10 per number; 5000 would become inf, then int() overflows.
+_NUMBER = re.compile(r"^\s*(-?\d{1,15}(?:\.\d{1,15})?)(?![\d.])")
+_LONG_NUMBER = re.compile(r"^\s*-?[\d.]{32}")
 _THROTTLE_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
 
@@ -125,6 +127,8 @@ def _text(elem: ET.Element | None, path: str) -> str | None:
 
 def _float(elem: ET.Element | None, path: str) -> float | None:
     value = _text(elem, path)
+    if value and _LONG_NUMBER.match(value):
+        raise SmiXmlError(f"<{path}> holds {value[:40]!r}...: not a number nvidia-smi prints")
     m = _NUMBER.match(value) if value else None
     return float(m.group(1)) if m else None
 
