@@ -206,14 +206,14 @@ def bench_render(
         validate_manifest,
     )
 
-    # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
-    spec, _lock = load_lock(stack)
-    out = claim(out_dir, "--out")
     # A typo ("gress") must be refused, not silently become the default.
     if gpus_directive not in ("gpus-per-node", "gres", "none"):
         raise InputError([ConfigProblem("--gpus-directive", "--gpus-directive", gpus_directive,
                                         "not one of gpus-per-node, gres, none",
                                         "pass --gpus-directive gpus-per-node, gres or none")], kind="invalid option")
+    # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
+    spec, _lock = load_lock(stack)
+    out = claim(out_dir, "--out")
     directive: Literal["gpus-per-node", "gres", "none"] = (
         "gres" if gpus_directive == "gres" else "none" if gpus_directive == "none" else "gpus-per-node")
     env = {k: v for k, v in (("NCCL_IB_HCA", spec.networks.ib_hca),

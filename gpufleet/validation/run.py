@@ -115,7 +115,13 @@ def evaluate(spec: ClusterSpec, lock: Lock, hosts: dict[str, str | None], bundle
                     why += f": {msgs[0]}"
             out.append(unreachable(host, pool, why))
             continue
-        data = NodeData.from_bundle(bundle)
+        try:
+            data = NodeData.from_bundle(bundle)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            # The bundle is node output: a wrong schema or shape is the contract's error, not a traceback.
+            raise InputError.one(f"validation bundle of {host}", f"not a node_validation bundle ({str(e)[:160]})",
+                                 "rerun gpufleet validate with this gpufleet's node_validation role",
+                                 kind="input error") from None
         out.append(evaluate_node(data, expectations_for(spec, lock, data.pool or pool, ib_rate_gbps)))
     return out
 
