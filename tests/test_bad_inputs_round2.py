@@ -379,3 +379,57 @@ def test_bench_render_out_keeps_the_users_files(tmp_path: Path) -> None:
     contract_error(["bench", "bench-render", "--stack", str(stack), "--out", str(user), "--no-check"],
                    "is not empty (1 entries) and gpufleet did not write it")
     assert _files(user) == {"job.sbatch": b"x"}
+
+
+# --- point 1 / class 1: grammars strict where a protocol needs ASCII, parsed per field ---------------------------
+
+def _stack_error(tmp_path: Path, text: str, fragment: str) -> None:
+    f = tmp_path / "Pulumi.lab.yaml"
+    f.write_text(text, encoding="utf-8")
+    contract_error(["lock", "check", "--stack", str(f), "--json"], fragment)
+
+
+@pytest.mark.parametrize("address", [
+    "fe80::1%eth0", "fe80::1%\\nSlurmUser=root", "\u212aube.example.com",  # Kelvin sign: .lower() made it "k"
+    "gpu-\uff10.example.com",  # full-width digit zero
+])
+def test_host_addresses_are_ascii_without_zone_ids(tmp_path: Path, address: str) -> None:
+    _stack_error(tmp_path, GOOD.replace("address: 192.0.2.20", f'address: "{address}"'),
+                 "not an IP address or a DNS name")
+
+
+@pytest.mark.parametrize("address", ["2001:db8::20", "gpu-0.example.com", "GPU-0.Example.com"])
+def test_plain_addresses_still_pass(tmp_path: Path, address: str) -> None:
+    f = tmp_path / "Pulumi.lab.yaml"
+    f.write_text(GOOD.replace("address: 192.0.2.20", f'address: "{address}"'))
+    code, _, stderr = invoke(["lock", "check", "--stack", str(f)])
+    assert code == 0, stderr
+
+
+@pytest.mark.parametrize("version", ["\uff15\uff17\uff10.172.08", "570.\u0661\u0667\u0662.08"])
+def test_versions_are_ascii_digits_only(tmp_path: Path, version: str) -> None:
+    _stack_error(tmp_path, GOOD.replace("    profile: h100-cuda12.8\n",
+                                        f"    profile: h100-cuda12.8\n    versions: {{driver: \"{version}\"}}\n"),
+                 "not a valid driver version")
+
+
+DRIFT = "  gpufleet:drift: {{image: \"registry.example.com/gpufleet:1.0.0\", schedule: \"{schedule}\"}}\n"
+
+
+@pytest.mark.parametrize(("schedule", "fragment"), [
+    ("17 * * * $(id)", "day of week '$(id)'"),
+    ("60 * * * *", "minute '60' is outside 0-59"),
+    ("17 * * * * ; rm -rf /", "five fields"),
+    ("a b c d e", "minute 'a'"),
+    ("1\uff17 * * * *", "minute"),
+    ("17 24 * * *", "hour '24' is outside 0-23"),
+])
+def test_drift_schedule_is_parsed_per_field(tmp_path: Path, schedule: str, fragment: str) -> None:
+    _stack_error(tmp_path, GOOD.replace("config:\n", "config:\n" + DRIFT.format(schedule=schedule)), fragment)
+
+
+@pytest.mark.parametrize("schedule", ["17 * * * *", "*/5 0-6,18-23 1 jan-mar mon-fri", "@hourly"])
+def test_valid_drift_schedules_pass(schedule: str) -> None:
+    from gpufleet.spec import _cron
+
+    assert _cron(schedule) == schedule
