@@ -433,3 +433,28 @@ def test_valid_drift_schedules_pass(schedule: str) -> None:
     from gpufleet.spec import _cron
 
     assert _cron(schedule) == schedule
+
+
+# --- class 8: options and environment name themselves ----------------------------------------------------------
+
+def test_validate_limit_matching_no_host_is_an_error_not_healthy(lab: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpufleet.validation.run
+    from gpufleet.ansible_run import RunResult
+
+    # The playbook with a --limit that matches nothing reaches no host and writes no bundle.
+    monkeypatch.setattr(gpufleet.validation.run, "run_playbook", lambda *a, **k: RunResult(rc=0))
+    stderr = contract_error(["validate", "--stack", str(lab), "--limit", "gpu-9", "--no-security"],
+                            "--limit 'gpu-9' matches no GPU host")
+    assert "healthy" not in stderr.replace("not healthy", "")
+
+
+@pytest.mark.parametrize("value", ["abc", "1e3", "9" * 5000])
+def test_ansible_task_timeout_is_named(value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpufleet.drift.runner import Target, check_drift
+    from gpufleet.errors import InputError
+
+    monkeypatch.setenv("ANSIBLE_TASK_TIMEOUT", value)
+    with pytest.raises(InputError, match="not a number of seconds") as e:
+        check_drift(Target(tmp_path / "hosts.yml", None, "lab"))
+    assert e.value.problems[0].key == "ANSIBLE_TASK_TIMEOUT"

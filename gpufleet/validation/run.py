@@ -169,5 +169,10 @@ def run_validation(stack: ResolvedStack, *, limit: str | None = None, keep: Outp
                 keep.write_bytes(rel, (target / rel.removeprefix("raw/")).read_bytes())
         if limit:
             hosts = {h: p for h, p in hosts.items() if h in bundles or h in run.hosts}
+            if not hosts:
+                # No node checked is not a healthy cluster: a typo in --limit must not report "healthy".
+                raise InputError.one(str(inventory), f"--limit {limit!r} matches no GPU host of the inventory",
+                                     "pass a host name or pattern of the inventory's gpu group", key="--limit",
+                                     value=limit, kind="invalid option")
         nodes = evaluate(spec, lock, hosts, bundles, run, ib_rate_gbps)
     return ValidationResult(spec.stack, nodes, run, None if keep is None else keep.path / "raw")
