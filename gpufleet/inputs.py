@@ -47,6 +47,14 @@ LIMIT_ENV = "GPUFLEET_MAX_INPUT_MB"
 #: Nodes a YAML document may expand to through aliases (the "billion laughs" bound); a 5 MB stack has ~1e6.
 MAX_YAML_NODES = 2_000_000
 
+#: Distinct nodes (scalars, lists, mappings, aliases) a YAML document may hold before it is built: each costs
+#: ~600 bytes composed and constructed, so 300,000 keep the 256 MiB every reader is held to; a 10,000-host
+#: inventory has ~200,000. Counted on the parser's event stream first (under a second for 8 MiB), because the
+#: composed tree of an 8 MiB list of "- 1" lines took 1.1 GiB and 50 s.
+MAX_YAML_EVENTS = 300_000
+#: Texts shorter than this cannot hold MAX_YAML_EVENTS nodes (each takes at least 2 characters): not pre-scanned.
+_SCAN_ABOVE = 2 * MAX_YAML_EVENTS
+
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: True when libyaml's C parser is used (PyYAML built with it); the pure-Python parser is ~40x slower.
 C_LOADER = _Loader is not yaml.SafeLoader
@@ -352,8 +360,32 @@ def _yaml_error(file: str, e: yaml.YAMLError) -> InputError:
     return InputError.one(file, message, "fix the YAML syntax at that place", key=where, kind="YAML syntax error")
 
 
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+
+
+def _check_node_count(text: str, file: str) -> None:
+    """Refuse a document of more than MAX_YAML_EVENTS nodes from the event stream (memory: one event at a time).
+
+    A syntax error found here is left to the loader, which reports it with its line and column.
+    """
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, _NODE_EVENTS):
+                count += 1
+                if count > MAX_YAML_EVENTS:
+                    mark = event.start_mark
+                    raise InputError.one(file, f"more than {MAX_YAML_EVENTS:,} values (lists, mappings, scalars)",
+                                         "split the file; no stack or inventory gpufleet reads needs so many",
+                                         key=f"line {mark.line + 1}" if mark else "-", kind="input too large")
+    except yaml.YAMLError:
+        return
+
+
 def loads_yaml(text: str, file: str) -> Any:
     """Parse YAML text with :class:`YamlLoader`; an InputError (kind "YAML syntax error") on any problem."""
+    if len(text) > _SCAN_ABOVE:
+        _check_node_count(text, file)
     loader = YamlLoader(text)
     # An alias needs an anchor ("&name"): text without "&" cannot expand, so the graph walk is skipped.
     loader.check_aliases = "&" in text

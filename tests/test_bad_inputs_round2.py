@@ -203,6 +203,23 @@ def test_peak_memory_just_under_the_size_limit(tmp_path: Path, kind: str) -> Non
         assert _peak_mib(code) < 256
 
 
+@pytest.mark.parametrize("shape", ["list", "mappings"])
+def test_yaml_peak_memory_is_bounded_by_its_node_count(tmp_path: Path, shape: str) -> None:
+    """A YAML file within the size limit: refused above MAX_YAML_EVENTS nodes before the tree is built, and the
+    largest accepted one (mappings: the most memory per node) stays under 256 MiB."""
+    from gpufleet.inputs import LIMITS, MAX_YAML_EVENTS
+
+    f = tmp_path / "Pulumi.lab.yaml"
+    if shape == "list":  # 8 MiB of "- 1": 1.4 million nodes, 1.1 GiB and 50 s on the old code
+        f.write_text("config:\n  x:\n" + "  - 1\n" * ((LIMITS["yaml"] - 100) // 6))
+        contract_error(["lock", "check", "--stack", str(f)], f"more than {MAX_YAML_EVENTS:,} values")
+    else:
+        f.write_text("config:\n" + "".join(f"  k{i}: {{a: 1}}\n" for i in range(MAX_YAML_EVENTS // 4 - 10)))
+    code = f"from gpufleet.inputs import load_yaml\nfrom pathlib import Path\ntry:\n load_yaml(Path('{f}'))\n" \
+           "except Exception: pass"
+    assert _peak_mib(code) < 256
+
+
 # --- point 3 / class 4: digits bounded before conversion, non-finite and implausible values refused ----------
 
 def test_yaml_integers_of_thousands_of_digits_are_refused(tmp_path: Path) -> None:
