@@ -14,10 +14,13 @@ gpufleet reads from them goes through here:
 
 from __future__ import annotations
 
+import io
+import math
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -27,13 +30,30 @@ MIB = 1 << 20
 
 #: Default size limits in bytes per kind of input. Real stack files are a few KiB; real nccl-tests logs and
 #: ``nvidia-smi -q -x`` captures of an 8-GPU node well under 1 MiB.
-LIMITS: dict[str, int] = {"yaml": 8 * MIB, "log": 64 * MIB}
+#: ``xml`` (``nvidia-smi -q -x``) is parsed whole by ElementTree, ~25x the text in memory for tiny elements: 4 MiB
+#: keeps the parse under the 256 MiB every reader is held to (tests/test_bad_inputs_round2.py measures it).
+LIMITS: dict[str, int] = {"yaml": 8 * MIB, "log": 64 * MIB, "xml": 4 * MIB}
+
+#: Longest line :func:`iter_lines` yields, in characters. nccl-tests rows are ~150; a "line" longer than this
+#: is not tool output (``/dev/zero``, a binary) and would otherwise grow one string up to the size limit.
+MAX_LINE_CHARS = 1 * MIB
+
+#: Largest value ``GPUFLEET_MAX_INPUT_MB`` / ``--max-input-mb`` may take (1 TiB): the limit must stay a number.
+MAX_LIMIT_MB = 1 << 20
 
 #: Environment variable (and ``gpufleet --max-input-mb``) that replaces every limit, in MiB.
 LIMIT_ENV = "GPUFLEET_MAX_INPUT_MB"
 
 #: Nodes a YAML document may expand to through aliases (the "billion laughs" bound); a 5 MB stack has ~1e6.
 MAX_YAML_NODES = 2_000_000
+
+#: Distinct nodes (scalars, lists, mappings, aliases) a YAML document may hold before it is built: each costs
+#: ~600 bytes composed and constructed, so 300,000 keep the 256 MiB every reader is held to; a 10,000-host
+#: inventory has ~200,000. Counted on the parser's event stream first (under a second for 8 MiB), because the
+#: composed tree of an 8 MiB list of "- 1" lines took 1.1 GiB and 50 s.
+MAX_YAML_EVENTS = 300_000
+#: Texts shorter than this cannot hold MAX_YAML_EVENTS nodes (each takes at least 2 characters): not pre-scanned.
+_SCAN_ABOVE = 2 * MAX_YAML_EVENTS
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: True when libyaml's C parser is used (PyYAML built with it); the pure-Python parser is ~40x slower.
@@ -45,11 +65,15 @@ def limit(kind: str) -> int:
     raw = os.environ.get(LIMIT_ENV, "").strip()
     if raw:
         try:
-            mb = float(raw)
+            mb = float(raw) if len(raw) <= 32 else math.nan
         except ValueError:
-            mb = 0
-        if mb > 0 and mb == mb and mb != float("inf"):
-            return int(mb * MIB)
+            mb = math.nan
+        # A typo must not silently fall back to the default, nor 1e15 overflow into a traceback.
+        if not (math.isfinite(mb) and 0 < mb <= MAX_LIMIT_MB):
+            raise InputError.one(LIMIT_ENV, f"not a size in MiB between 0 and {MAX_LIMIT_MB}",
+                                 f"set {LIMIT_ENV} to a number such as 64, or unset it", key=LIMIT_ENV,
+                                 value=raw[:40], kind="invalid environment")
+        return max(1, int(mb * MIB))
     return LIMITS[kind]
 
 
@@ -69,16 +93,58 @@ def _open_error(path: Path, e: OSError) -> InputError:
                           kind="input error")
 
 
-def read_bytes(path: Path, kind: str) -> bytes:
-    """The file's bytes, refusing a missing file, a directory or one above the ``kind`` limit."""
-    lim = limit(kind)
+_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: Path, mode: int) -> InputError | None:
+    """The error for anything but a regular file: a device reports size 0 and never ends (``/dev/zero``), a
+    FIFO or socket blocks until someone writes; none has a size the limit could check before reading."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return InputError.one(str(path), "is a directory, not a file", "pass a file", kind="input error")
+    what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    return InputError.one(str(path), f"is {what}, not a regular file",
+                          "save the output to a file first and pass that file", kind="input error")
+
+
+def open_input(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, only when it is a regular file; every reader of user input opens it here.
+
+    The type is checked before opening (a socket cannot be opened; a FIFO's open blocks) and again on the open
+    descriptor (the path may have been swapped in between); the open itself is non-blocking for the same reason.
+    """
     try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory", str(path))
-        with path.open("rb") as f:
-            data = f.read(lim + 1)
+        err = _not_regular(path, os.stat(path).st_mode)
+        if err is not None:
+            raise err
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         raise _open_error(path, e) from None
+    try:
+        err = _not_regular(path, os.fstat(fd).st_mode)
+        if err is not None:
+            raise err
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: Path, kind: str) -> bytes:
+    """The file's bytes, refusing a missing file, a directory, a device, FIFO or socket, or one above the
+    ``kind`` limit."""
+    lim = limit(kind)
+    with open_input(path) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size > lim:
+                raise _too_big(path, size, lim)
+            data = f.read(lim + 1)
+        except OSError as e:
+            raise _open_error(path, e) from None
     if len(data) > lim:
         raise _too_big(path, len(data), lim)
     return data
@@ -104,21 +170,26 @@ def iter_lines(path: Path, kind: str = "log") -> Iterator[str]:
     UTF-8 become U+FFFD: tool output is matched by patterns, a stray byte must not stop a 100 MB log.
     """
     lim = limit(kind)
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory", str(path))
-        size = path.stat().st_size
-        if size > lim:
-            raise _too_big(path, size, lim)
-        f = path.open("r", encoding="utf-8", errors="replace", newline=None)
-    except OSError as e:
-        raise _open_error(path, e) from None
+    raw = open_input(path)
+    size = os.fstat(raw.fileno()).st_size
+    if size > lim:
+        raw.close()
+        raise _too_big(path, size, lim)
     seen = 0
-    with f:
-        for line in f:
+    number = 0
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None) as f:
+        while True:
+            line = f.readline(MAX_LINE_CHARS + 1)
+            if not line:
+                return
+            number += 1
             seen += len(line)
             if seen > lim:
                 raise _too_big(path, seen, lim)
+            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                raise InputError.one(str(path), f"line {number} is longer than {MAX_LINE_CHARS:,} characters",
+                                     "pass the tool's text output (a binary or device file is not one)",
+                                     key=f"line {number}", kind="input error")
             yield line.rstrip("\n")
 
 
@@ -201,6 +272,38 @@ def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
 
 YamlLoader.add_constructor("!unsafe", _construct_unsafe)
 
+#: Most digits an integer in YAML may have: every count, size and port gpufleet reads fits in 20. Python refuses
+#: to convert more than 4300 digits (a ValueError, not a YAMLError) and a few thousand take noticeable time.
+MAX_INT_DIGITS = 30
+
+
+class BadNumber(yaml.YAMLError):
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+    digits = sum(c.isalnum() for c in text)
+    if digits > MAX_INT_DIGITS:
+        raise BadNumber(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    value = yaml.constructor.SafeConstructor.construct_yaml_float(loader, node)  # type: ignore[arg-type]
+    # ".inf", ".nan" and 1e999 are YAML floats but no setting gpufleet reads is infinite or not a number.
+    if not math.isfinite(value):
+        raise BadNumber(f"not a finite number ({str(loader.construct_scalar(node))[:40]})",  # type: ignore[arg-type]
+                        node.start_mark)
+    return value
+
+
+YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+YamlLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
 
 class AliasBomb(yaml.YAMLError):
     pass
@@ -242,6 +345,9 @@ def _yaml_error(file: str, e: yaml.YAMLError) -> InputError:
     where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "-"
     problem = str(getattr(e, "problem", None) or e)
     context = getattr(e, "context", None)
+    if isinstance(e, BadNumber):
+        return InputError.one(file, problem, "write a plain number in the range the setting takes", key=where,
+                              kind="invalid YAML")
     if isinstance(e, AliasBomb):
         return InputError.one(file, problem, "write the values out instead of nesting aliases", kind="invalid YAML")
     if isinstance(e, yaml.constructor.ConstructorError):
@@ -254,8 +360,32 @@ def _yaml_error(file: str, e: yaml.YAMLError) -> InputError:
     return InputError.one(file, message, "fix the YAML syntax at that place", key=where, kind="YAML syntax error")
 
 
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+
+
+def _check_node_count(text: str, file: str) -> None:
+    """Refuse a document of more than MAX_YAML_EVENTS nodes from the event stream (memory: one event at a time).
+
+    A syntax error found here is left to the loader, which reports it with its line and column.
+    """
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, _NODE_EVENTS):
+                count += 1
+                if count > MAX_YAML_EVENTS:
+                    mark = event.start_mark
+                    raise InputError.one(file, f"more than {MAX_YAML_EVENTS:,} values (lists, mappings, scalars)",
+                                         "split the file; no stack or inventory gpufleet reads needs so many",
+                                         key=f"line {mark.line + 1}" if mark else "-", kind="input too large")
+    except yaml.YAMLError:
+        return
+
+
 def loads_yaml(text: str, file: str) -> Any:
     """Parse YAML text with :class:`YamlLoader`; an InputError (kind "YAML syntax error") on any problem."""
+    if len(text) > _SCAN_ABOVE:
+        _check_node_count(text, file)
     loader = YamlLoader(text)
     # An alias needs an anchor ("&name"): text without "&" cannot expand, so the graph walk is skipped.
     loader.check_aliases = "&" in text

@@ -91,12 +91,18 @@ def _grammar(pattern: re.Pattern[str], what: str, example: str) -> Callable[[str
 
 
 def _address(value: str) -> str:
+    if "%" in value:
+        # ipaddress accepts any text after "%" as an IPv6 zone id (a line break included) and it would reach
+        # hosts.yml; a host's address is global or site-scoped, never link-local with a zone.
+        raise PydanticCustomError("grammar", "not {what}: an IPv6 zone id (%...) is not accepted",
+                                  {"what": "an IP address or a DNS name", "example": "2001:db8::10"})
     try:
         ipaddress.ip_address(value)
         return value
     except ValueError:
         pass
-    if HOSTNAME.fullmatch(value.lower()) is None:
+    # ASCII first: str.lower() folds compatibility letters (the Kelvin sign K) into ASCII, which then matched.
+    if not value.isascii() or HOSTNAME.fullmatch(value.lower()) is None:
         raise PydanticCustomError("grammar", "not {what}",
                                   {"what": "an IP address or a DNS name", "example": "192.0.2.10"})
     return value
@@ -120,7 +126,44 @@ def _namespace(value: str) -> str:
     return value
 
 
-_address.grammar = "an IP address or an RFC 1123 DNS name"  # type: ignore[attr-defined]
+#: Cron fields (Kubernetes CronJob, the robfig/cron standard parser): name, lowest, highest, names.
+_CRON_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
+                ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                  "dec")),
+                ("day of week", 0, 6, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")))
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_CRON_ITEM = re.compile(r"(\*|[0-9A-Za-z]{1,3}(-[0-9A-Za-z]{1,3})?)(/[0-9]{1,2})?", re.ASCII)
+
+
+def _cron(value: str) -> str:
+    """A five-field cron schedule, each field parsed against its range: it goes verbatim into the CronJob."""
+    def bad(why: str) -> PydanticCustomError:
+        return PydanticCustomError("grammar", "not {what}: {why}", {"what": "a cron schedule", "why": why,
+                                                                     "example": "17 * * * *"})
+
+    if value in _CRON_MACROS:
+        return value
+    fields = value.split(" ")
+    if len(fields) != 5:
+        raise bad("five fields separated by single spaces")
+    for text, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            m = _CRON_ITEM.fullmatch(item)
+            if m is None:
+                raise bad(f"{name} {item[:20]!r} is not *, N, N-M or a list of them, with an optional /step")
+            if m.group(1) == "*":
+                continue
+            for part in m.group(1).split("-"):
+                number = names.index(part.lower()) + low if part.lower() in names else (
+                    int(part) if part.isdigit() else None)
+                if number is None or not low <= number <= high:
+                    raise bad(f"{name} {part!r} is outside {low}-{high}")
+    return value
+
+
+_cron.grammar = ("a cron schedule: five fields (minute 0-59, hour 0-23, day 1-31, month 1-12 or jan-dec, weekday "  # type: ignore[attr-defined]
+                 "0-6 or sun-sat), each *, N, N-M or a list, with an optional /step; or @hourly, @daily, ...")
+_address.grammar = "an IP address (no IPv6 zone id) or an RFC 1123 DNS name (ASCII)"  # type: ignore[attr-defined]
 _cidr.grammar = "a CIDR network"  # type: ignore[attr-defined]
 _namespace.grammar = (f"a DNS-1123 label, not {', '.join(RESERVED_NAMESPACES)} "  # type: ignore[attr-defined]
                       "nor kube-*")
@@ -398,8 +441,9 @@ class Drift(_Strict):
     #: Image with this repository and its venv, pinned by tag (not latest) or digest.
     image: str = Field(pattern=PINNED_IMAGE, **_doc("Image with this repository, pinned by tag or digest.",
                                                     "registry.example.com/gpufleet:1.0.0"))
-    schedule: str = Field(default="17 * * * *", pattern=r"^(\S+ ){4}\S+$", **_doc("Cron schedule of the check.",
-                                                                                "17 * * * *"))
+    schedule: Annotated[str, AfterValidator(_cron)] = Field(default="17 * * * *", **_doc(
+        "Cron schedule of the check (five fields; numbers, *, ranges, lists, steps, month/day names).",
+        "17 * * * *"))
 
     @model_validator(mode="after")
     def _not_latest(self) -> Drift:
@@ -411,7 +455,7 @@ class Drift(_Strict):
 class AwsAccessEntry(_Strict):
     """An IAM principal allowed into the EKS cluster (an EKS access entry with one access policy)."""
 
-    principal_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$", **_doc(
+    principal_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$", **_doc(
         "IAM role or user ARN.", "arn:aws:iam::111122223333:role/gpufleet-admins"))
     policy: Literal["AmazonEKSClusterAdminPolicy", "AmazonEKSAdminPolicy", "AmazonEKSEditPolicy",
                     "AmazonEKSViewPolicy"] = Field("AmazonEKSClusterAdminPolicy", **_doc(
@@ -421,13 +465,13 @@ class AwsAccessEntry(_Strict):
 class Aws(_Strict):
     """Settings of the aws backend (stack key ``gpufleet:aws``)."""
 
-    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$", **_doc("AWS region.", "us-east-1"))
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", **_doc("AWS region.", "us-east-1"))
     availability_zones: list[str] = Field(min_length=2, **_doc(
         "Zones of the private subnets (EKS needs two); GPU pools and FSx use the first (cluster placement).",
         ["us-east-1a", "us-east-1b"]))
-    vpc_cidr: str = Field("10.0.0.0/16", pattern=r"^\d+\.\d+\.\d+\.\d+/(1[6-9]|20)$", **_doc(
+    vpc_cidr: str = Field("10.0.0.0/16", pattern=r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+/(1[6-9]|20)$", **_doc(
         "VPC address range, /16 to /20.", "10.20.0.0/16"))
-    kubernetes_version: str = Field("1.35", pattern=r"^1\.\d{2}$", **_doc(
+    kubernetes_version: str = Field("1.35", pattern=r"^1\.[0-9]{2}$", **_doc(
         "EKS Kubernetes version (in standard support: gpufleet/catalog/kubernetes.yaml).", "1.35"))
     long_term_support: bool = Field(False, **_doc(
         "Allow a version past standard support in EKS extended support (extra cost); off: standard support "
@@ -494,7 +538,7 @@ class Azure(_Strict):
     vnet_cidr: str = Field("10.30.0.0/16", **_doc(
         "Virtual network address range, /16 to /20: the first quarter holds the nodes, /24s of the second "
         "quarter the Lustre file systems (pods use the Azure CNI overlay, not VNet addresses).", "10.30.0.0/16"))
-    kubernetes_version: str = Field("1.35", pattern=r"^1\.\d{2}$", **_doc(
+    kubernetes_version: str = Field("1.35", pattern=r"^1\.[0-9]{2}$", **_doc(
         "AKS Kubernetes version (in community support: gpufleet/catalog/kubernetes.yaml).", "1.35"))
     long_term_support: bool = Field(False, **_doc(
         "Run an AKS long-term-support version past community support (Premium tier, plan AKSLongTermSupport).",
@@ -558,7 +602,7 @@ class Gcp(_Strict):
         "172.16.0.0/28", **_doc("The control plane's private /28.", "172.16.0.0/28"))
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = Field("REGULAR", **_doc(
         "GKE release channel (it also decides the COS driver of GPU nodes).", "REGULAR"))
-    kubernetes_version: str | None = Field(None, pattern=r"^1\.\d{2}(\.\d+-gke\.\d+)?$", **_doc(
+    kubernetes_version: str | None = Field(None, pattern=r"^1\.[0-9]{2}(\.[0-9]+-gke\.[0-9]+)?$", **_doc(
         "Minimum control plane version (default: the channel's).", "1.34"))
     private_endpoint: bool = Field(True, **_doc(
         "API server on its private endpoint only (default); false also exposes the public one.", True))

@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.module_utils.power_limit import parse_power_limit
 
+#: PCIe 5.0 x16, both directions, GB/s: the fastest host link any catalog GPU has without NVLink.
+PCIE5_X16_GBS = 128
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,6 +66,13 @@ class GpuModel(_Frozen):
             if g.collective == collective and g.scope == scope:
                 return g
         return None
+
+    @property
+    def busbw_ceiling_gbs(self) -> float:
+        """Bus bandwidth no nccl-tests run on this GPU can show: its NVLink bandwidth (both directions, every
+        link), or for PCIe cards PCIe 5.0 x16 both ways (PCI-SIG: 32 GT/s x 16 lanes, ~64 GB/s each way).
+        A busbw above it is a corrupt or forged log, not a fast cluster."""
+        return float(max(self.nvlink_bw_gbs_per_gpu, PCIE5_X16_GBS))
 
     def resolve_power_limit(self, value: str | int) -> int:
         """Watts of a pool's ``power_limit`` on this model (grammar: gpufleet.module_utils.power_limit).

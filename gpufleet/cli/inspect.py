@@ -28,10 +28,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout inst
 T = TypeVar("T")
 
 
-def _parsed(file: Path, parse: Callable[[str], T]) -> T:
+def _parsed(file: Path, parse: Callable[[str], T], kind: str = "log") -> T:
     """The file read within the input limits and parsed; a parse error is the contract's parse error (exit 1)."""
     try:
-        return parse(read_text(file, "log"))
+        return parse(read_text(file, kind))
     except ParseError as e:
         raise parse_failure(str(file), e) from None
 
@@ -44,7 +44,7 @@ def _show(value: Any) -> str:
 @contract
 def smi_xml(file: FileArg, as_json: JsonOpt = False) -> None:
     """Parse ``nvidia-smi -q -x`` output."""
-    report = _parsed(file, parse_smi_xml)
+    report = _parsed(file, parse_smi_xml, "xml")
     if as_json:
         print_json(report.to_dict())
         return

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.cli.contract import console_for, contract, print_json
+from gpufleet.errors import InputError
 from gpufleet.inventory import inventory_dir
 from gpufleet.lock import VERSION_KEYS, Lock, load_lock, pool_driver, write_group_vars
 from gpufleet.lock.digest import DIGEST_FILE
@@ -89,6 +90,10 @@ def render(stack: StackOpt,
     console = console_for()
     spec, lock = _load(stack, console)
     out = inventory if inventory is not None else inventory_dir(spec.stack)
+    if out.exists() and not out.is_dir():
+        raise InputError.one(str(out), "is a file, not an inventory folder",
+                             "pass the inventory's folder (it holds hosts.yml and group_vars/)", key="--inventory",
+                             kind="input error")
     path = write_group_vars(lock, out)
     console.print(f"lock of stack {spec.stack} is valid (profile {lock.profile}); wrote {path} and "
                   f"{out / DIGEST_FILE}", markup=False, highlight=False, soft_wrap=True)

@@ -96,9 +96,9 @@ def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
             label = f"{f.stem}:{coll}" if coll else f.stem
             try:
                 result = parse_nccl(body)
+                verdicts.append(gate_result(result, model, label, collective=coll or None))
             except ParseError as e:
                 raise parse_failure(str(f) + (f" ({coll})" if coll else ""), e) from None
-            verdicts.append(gate_result(result, model, label, collective=coll or None))
     return verdicts
 
 
@@ -119,13 +119,15 @@ def validate_command(
     = True,
 ) -> None:
     """Check every GPU node's health (and gate nccl-tests logs); exit 1 on any critical finding."""
+    from gpufleet.outdir import claim
     from gpufleet.validation.run import run_validation
     from gpufleet.workflow import resolve_stack
 
     resolved = resolve_stack(stack)
     spec = resolved.spec
-    raw_dir = report / "raw" if report is not None else None
-    result = run_validation(resolved, limit=limit, raw_dir=raw_dir, ib_rate_gbps=ib_rate, console=console,
+    # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
+    report_dir = claim(report, "--report") if report is not None else None
+    result = run_validation(resolved, limit=limit, keep=report_dir, ib_rate_gbps=ib_rate, console=console,
                             live=sys.stderr.isatty())
     verdicts: list[BenchVerdict] = []
     if nccl:
@@ -140,11 +142,11 @@ def validate_command(
         print_bench(verdicts)
     weak = _security_findings(resolved, limit) if security else []
     bench_ok = all(v.status not in ("fail", "missing-size") for v in verdicts) and not weak
-    if report is not None:
+    if report_dir is not None:
         from gpufleet.report import write_report
 
-        write_report(report, result.stack, result.nodes, verdicts, result.notes)
-        console.print(f"report: {report / 'report.md'}")
+        write_report(report_dir, result.stack, result.nodes, verdicts, result.notes)
+        console.print(f"report: {report_dir.path / 'report.md'}")
     if json_out:
         data = result.to_json()
         data["bench"] = [v.to_json() for v in verdicts]
@@ -193,6 +195,7 @@ def bench_render(
     from gpufleet.catalog import get_gpu
     from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.lock import load_lock
+    from gpufleet.outdir import claim
     from gpufleet.validation.bench import (
         BenchSettings,
         check_sbatch,
@@ -203,8 +206,14 @@ def bench_render(
         validate_manifest,
     )
 
+    # A typo ("gress") must be refused, not silently become the default.
+    if gpus_directive not in ("gpus-per-node", "gres", "none"):
+        raise InputError([ConfigProblem("--gpus-directive", "--gpus-directive", gpus_directive,
+                                        "not one of gpus-per-node, gres, none",
+                                        "pass --gpus-directive gpus-per-node, gres or none")], kind="invalid option")
     # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
     spec, _lock = load_lock(stack)
+    out = claim(out_dir, "--out")
     directive: Literal["gpus-per-node", "gres", "none"] = (
         "gres" if gpus_directive == "gres" else "none" if gpus_directive == "none" else "gpus-per-node")
     env = {k: v for k, v in (("NCCL_IB_HCA", spec.networks.ib_hca),
@@ -226,12 +235,9 @@ def bench_render(
         for job in plan_jobs(hosts):
             script = render_sbatch(job, settings)
             scripts[job.name] = script
-            (out_dir / "slurm").mkdir(parents=True, exist_ok=True)
-            (out_dir / "slurm" / f"{job.name}.sbatch").write_text(script)
+            out.write_text(f"slurm/{job.name}.sbatch", script)
             manifest = render_k8s(job, settings)
-            (out_dir / "kubernetes").mkdir(parents=True, exist_ok=True)
-            (out_dir / "kubernetes" / f"{job.name}.yaml").write_text(
-                "---\n" + yaml.safe_dump(manifest, sort_keys=False))
+            out.write_text(f"kubernetes/{job.name}.yaml", "---\n" + yaml.safe_dump(manifest, sort_keys=False))
             if check:
                 problems += [f"{job.name}: {p}" for p in validate_manifest(manifest)]
     console.print(f"wrote {len(scripts)} sbatch scripts and manifests under {out_dir}")

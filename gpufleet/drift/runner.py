@@ -71,7 +71,12 @@ def check_drift(target: Target, *, limit: str | None = None, console: Console | 
         if record is not None:
             events.append(dict(event))
 
-    timeout = os.environ.get("ANSIBLE_TASK_TIMEOUT", str(CHECK_TASK_TIMEOUT))
+    timeout = os.environ.get("ANSIBLE_TASK_TIMEOUT", str(CHECK_TASK_TIMEOUT)).strip()
+    # Ansible would fail on it later without naming the variable; seconds, ASCII digits, bounded.
+    if not (timeout.isascii() and timeout.isdigit() and len(timeout) <= 6):
+        raise InputError.one("ANSIBLE_TASK_TIMEOUT", "not a number of seconds (0 to 999999)",
+                             "set ANSIBLE_TASK_TIMEOUT to whole seconds such as 300, or unset it",
+                             key="ANSIBLE_TASK_TIMEOUT", value=timeout[:40], kind="invalid environment")
     result = run_playbook(playbook, target.inventory, limit=limit, check=True, diff=True, console=console,
                           live=live, on_event=sink, extravars=dict(extravars or {}), tags=tags,
                           envvars={"ANSIBLE_TASK_TIMEOUT": timeout})

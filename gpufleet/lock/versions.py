@@ -30,7 +30,8 @@ FORMATS: dict[str, tuple[str, str]] = {
 def matches_format(key: str, value: str) -> bool:
     pattern, _ = FORMATS[key]
     # fullmatch: with re.match, "$" also matches before a trailing newline ("570.172.08\n" would pass).
-    return re.fullmatch(pattern, value) is not None
+    # re.ASCII: \d would otherwise take full-width and other Unicode digits ("５７０.172.08") into versions.yml.
+    return re.fullmatch(pattern, value, re.ASCII) is not None
 
 
 def vtuple(version: str) -> tuple[int, ...]:

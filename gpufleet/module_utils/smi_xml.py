@@ -56,7 +56,14 @@ SETTINGS = {
     "clocks_memory_mhz": "app_clocks_memory_mhz",
     "clocks_graphics_mhz": "app_clocks_graphics_mhz",
 }
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+#: GPUs one capture may describe: the bound of module_utils/topology.py's MAX_GPUS (a module_utils file cannot
+#: import another one on the node; tests/test_bad_inputs_round2.py checks the two agree). Each <gpu> becomes a
+#: GpuInfo of ~40 lookups: half a million of them took 3 GiB and minutes.
+MAX_GPUS = 64
+
+# Digits bounded: nvidia-smi prints at most ~10 per number; 5000 would become inf, then int() overflows.
+_NUMBER = re.compile(r"^\s*(-?\d{1,15}(?:\.\d{1,15})?)(?![\d.])")
+_LONG_NUMBER = re.compile(r"^\s*-?[\d.]{32}")
 _THROTTLE_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
 
@@ -125,6 +132,8 @@ def _text(elem: ET.Element | None, path: str) -> str | None:
 
 def _float(elem: ET.Element | None, path: str) -> float | None:
     value = _text(elem, path)
+    if value and _LONG_NUMBER.match(value):
+        raise SmiXmlError(f"<{path}> holds {value[:40]!r}...: not a number nvidia-smi prints")
     m = _NUMBER.match(value) if value else None
     return float(m.group(1)) if m else None
 
@@ -263,8 +272,11 @@ def parse_smi_xml(text: str) -> SmiReport:
         raise SmiXmlError(f"not well-formed XML ({e}); is the nvidia-smi -q -x output complete?") from None
     if root.tag != "nvidia_smi_log":
         raise SmiXmlError(f"root element is <{root.tag}>, expected <nvidia_smi_log> (nvidia-smi -q -x)")
+    gpus = root.findall("gpu")
+    if len(gpus) > MAX_GPUS:
+        raise SmiXmlError(f"{len(gpus)} <gpu> elements: a node has at most {MAX_GPUS} GPUs")
     return SmiReport(
         driver_version=_text(root, "driver_version"),
         cuda_version=_text(root, "cuda_version"),
-        gpus=[_gpu(i, g) for i, g in enumerate(root.findall("gpu"))],
+        gpus=[_gpu(i, g) for i, g in enumerate(gpus)],
     )

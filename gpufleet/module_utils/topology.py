@@ -61,10 +61,19 @@ LEGEND: dict[str, str] = {
     "NV#": "Connection traversing a bonded set of # NVLinks",
 }
 
+#: Hardware bounds every number read from topo -m / nvlink -s is held to, before it becomes a list or an index
+#: (a CPU range ``0-400000000`` would otherwise be expanded into 400 million ints). CPUs: Linux's largest
+#: NR_CPUS (x86-64 MAXSMP, arch/x86/Kconfig NR_CPUS_RANGE_END); GPUs and NVLinks per GPU: well above any board
+#: in gpufleet/catalog/gpus.yaml (tests/test_bad_inputs_round2.py checks the catalog stays below them).
+MAX_CPUS = 8192
+MAX_GPUS = 64
+MAX_NVLINKS = 64
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NV = re.compile(r"^NV(\d+)$")
-_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+# Digits are bounded in the grammar itself: an index of thousands of digits never reaches int().
+_GPU_LABEL = re.compile(r"^GPU(\d{1,3})$")
+_NV = re.compile(r"^NV(\d{1,3})$")
+_CELL = re.compile(r"^(X|NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _LEGEND_LINE = re.compile(r"^\s+(X|NV#|[A-Z]{2,4})\s+=\s+(.+?)\s*$")
 _NIC_LEGEND_LINE = re.compile(r"^\s+(NIC\d+):\s+(\S+)\s*$")
 _NO_VALUE = ("", "N/A", "n/a")
@@ -218,7 +227,7 @@ def _value(text: str) -> str | None:
 def _int(text: str | None, where: str) -> int | None:
     if text is None:
         return None
-    if not re.fullmatch(r"\d+", text):
+    if not re.fullmatch(r"\d{1,4}", text) or int(text) >= MAX_CPUS:
         raise TopologyError(f"{where}: {text!r} is not a NUMA node number")
     return int(text)
 
@@ -242,6 +251,12 @@ def parse_topo_m(text: str) -> Topology:
     if header[len(labels):] != list(aff_cols):
         raise TopologyError(f"line {start + 1}: affinity columns must follow the devices: {header}")
     n = len(labels)
+    for label in labels:
+        m = _GPU_LABEL.match(label)
+        if m and int(m.group(1)) >= MAX_GPUS:
+            raise TopologyError(f"line {start + 1}: {label}: a node has fewer than {MAX_GPUS} GPUs")
+    if sum(1 for label in labels if _GPU_LABEL.match(label)) > MAX_GPUS:
+        raise TopologyError(f"line {start + 1}: more than {MAX_GPUS} GPUs in the header")
     cells: list[tuple[str, ...]] = []
     affinity: dict[str, tuple[str | None, int | None, int | None]] = {}
     for i, label in enumerate(labels):
@@ -265,6 +280,12 @@ def parse_topo_m(text: str) -> Topology:
         if _GPU_LABEL.match(label):
             vals = [_value(v) for v in rest] + [None] * (len(aff_cols) - len(rest))
             got = dict(zip(aff_cols, vals, strict=False))
+            cpus = got.get("CPU Affinity")
+            if cpus is not None:
+                try:
+                    cpu_list(cpus)
+                except TopologyError as e:
+                    raise TopologyError(f"line {lineno}: {label} CPU Affinity: {e.message}") from None
             affinity[label] = (got.get("CPU Affinity"),
                                _int(got.get("NUMA Affinity"), f"line {lineno}: {label} NUMA Affinity"),
                                _int(got.get("GPU NUMA ID"), f"line {lineno}: {label} GPU NUMA ID"))
@@ -366,8 +387,8 @@ def build_board(*, gpus: int, nvlink: int, numa_cpus: tuple[str, ...], nics: int
 
 # --- nvidia-smi nvlink -s -----------------------------------------------------------------------------
 
-_NVL_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)\s*$")
-_NVL_LINK = re.compile(r"^\s+Link (\d+): (?:([0-9.]+) GB/s|(.+?))\s*$")
+_NVL_GPU = re.compile(r"^GPU (\d{1,3}): (.+?) \(UUID: ([^)]+)\)\s*$")
+_NVL_LINK = re.compile(r"^\s+Link (\d{1,3}): (?:(\d{1,6}(?:\.\d{1,6})?) GB/s|(.+?))\s*$")
 
 
 @dataclass(frozen=True)
@@ -400,12 +421,16 @@ def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
         m = _NVL_GPU.match(line.strip())
         if m:
             close()
+            if int(m.group(1)) >= MAX_GPUS:
+                raise TopologyError(f"GPU {m.group(1)}: a node has fewer than {MAX_GPUS} GPUs")
             cur = {"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3), "links": {},
                    "inactive": [], "note": None}
             continue
         if cur is None or not line.strip():
             continue
         m = _NVL_LINK.match(line)
+        if m and int(m.group(1)) >= MAX_NVLINKS:
+            raise TopologyError(f"Link {m.group(1)}: a GPU has fewer than {MAX_NVLINKS} NVLinks")
         if m:
             if m.group(2) is not None:
                 cur["links"][int(m.group(1))] = float(m.group(2))
@@ -422,13 +447,24 @@ def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
 # --- Slurm gres ---------------------------------------------------------------------------------------
 
 def cpu_list(text: str) -> list[int]:
-    """``0-47,96-143`` -> [0, ..., 47, 96, ..., 143]."""
-    out: list[int] = []
+    """``0-47,96-143`` -> [0, ..., 47, 96, ..., 143]; CPU ids below MAX_CPUS, ranges ascending, at most MAX_CPUS ids.
+
+    Checked before anything is expanded: memory stays bounded by MAX_CPUS whatever the text says.
+    """
+    parts = []
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise TopologyError(f"CPU list {text!r} is not of the form 0-47,96-143")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        m = re.fullmatch(r"\s*(\d{1,5})(?:-(\d{1,5}))?\s*", part)
+        if not m:
+            raise TopologyError(f"CPU list {text[:80]!r} is not of the form 0-47,96-143")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi >= MAX_CPUS or lo > hi:
+            raise TopologyError(f"CPU list {text[:80]!r}: {part.strip()} is not a range of CPU ids below {MAX_CPUS}")
+        parts.append((lo, hi))
+    if sum(hi - lo + 1 for lo, hi in parts) > MAX_CPUS:
+        raise TopologyError(f"CPU list {text[:80]!r} names more than {MAX_CPUS} CPUs")
+    out: list[int] = []
+    for lo, hi in parts:
+        out.extend(range(lo, hi + 1))
     return out
 
 

@@ -44,12 +44,12 @@ COLLECTIVES = (
 
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))?")
 _DEVICE = re.compile(
-    r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+"
-    r"device\s+(?P<device>\d+)\s+\[[^\]]*\]\s+(?P<name>.+?)\s*$"
+    r"^#\s*Rank\s+(?P<rank>\d{1,7})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<device>\d{1,3})\s+\[[^\]]*\]\s+(?P<name>.+?)\s*$"
 )
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s+(\w+?)_perf\b")
 _BINARY = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf\b")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\b")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _FAILURES = (
     re.compile(r"Test .*failure"),
@@ -58,7 +58,12 @@ _FAILURES = (
     re.compile(r"There are not enough slots available"),
     re.compile(r"MPI_ABORT was invoked"),
 )
-_INT = re.compile(r"^\d+$")
+# Digits bounded in the grammar: a size of thousands of digits is not a row (and int() would refuse it).
+_INT = re.compile(r"^\d{1,20}$")
+#: Result rows a log may hold: a sweep from 8 B to 16 GiB is ~32 rows per run; this bounds memory (~600 B a row).
+MAX_ROWS = 100_000
+#: Longest number token read (a float such as 417.53 or 1.2e+02; 1e400 digits are not a measurement).
+_MAX_NUMBER_CHARS = 32
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,11 @@ def _finite(value: float, what: Any) -> float:
 
 def _number(token: str) -> float:
     try:
+        if len(token) > _MAX_NUMBER_CHARS:
+            raise ValueError(token)
         number = float(token)
     except ValueError:
-        raise ParseError(f"not a number in the result table: {token!r}") from None
+        raise ParseError(f"not a number in the result table: {token[:40]!r}") from None
     return _finite(number, token)
 
 
@@ -210,6 +217,8 @@ def _parse_text(lines: Iterable[str]) -> NcclResult:
                         rank=int(m["rank"]), host=m["host"], device=int(m["device"]), name=m["name"]
                     )
                 )
+                if len(devices) > MAX_ROWS:
+                    raise ParseError(f"more than {MAX_ROWS:,} rank lines: not one nccl-tests log")
             elif m := _OOB.match(line):
                 oob = int(m.group(1))
             elif m := _AVG.match(line):
@@ -218,6 +227,8 @@ def _parse_text(lines: Iterable[str]) -> NcclResult:
         row = _row(line.split(), has_root, per_half)
         if row is not None:
             rows.append(row)
+            if len(rows) > MAX_ROWS:
+                raise ParseError(f"more than {MAX_ROWS:,} result rows: not one nccl-tests log")
 
     if failures:
         raise ParseError("nccl-tests run failed", details=failures)
@@ -253,6 +264,13 @@ def _json_int(value: Any, what: str) -> int:
     return int(number)
 
 
+def _bounded_int(text: str) -> int:
+    # Before int(): Python refuses over 4300 digits with a ValueError json.loads does not wrap.
+    if len(text) > 20:
+        raise json.JSONDecodeError(f"an integer of {len(text)} digits", text[:40], 0)
+    return int(text)
+
+
 def _refuse_constant(name: str) -> float:
     raise ParseError(f"nccl-tests JSON holds {name}, which is not JSON and not a measurement")
 
@@ -274,7 +292,7 @@ def _json_measurement(d: Any) -> Measurement | None:
 def _parse_json(text: str) -> NcclResult:
     """The file ``-J``/``--output_file`` writes (JSON_FILE_VERSION 2 in nccl-tests' util.cu)."""
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int)
     except (json.JSONDecodeError, RecursionError) as e:
         raise ParseError(f"not valid nccl-tests JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpufleet.outdir import OutputDir, claim
 from gpufleet.report.plot import plot_bandwidth
 from gpufleet.validation.bench import BenchVerdict
 from gpufleet.validation.gates import GIB
@@ -83,10 +84,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: Path, stack: str, nodes: list[NodeHealth], bench: list[BenchVerdict] | None = None,
-                 notes: list[str] | None = None) -> dict[str, Any]:
-    """Write report.json, report.md and one busbw-<collective>-<scope>.png per group of runs into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_report(out_dir: Path | OutputDir, stack: str, nodes: list[NodeHealth],
+                 bench: list[BenchVerdict] | None = None, notes: list[str] | None = None) -> dict[str, Any]:
+    """Write report.json, report.md and one busbw-<collective>-<scope>.png per group of runs into ``out_dir``
+    (only files gpufleet wrote there are replaced: gpufleet.outdir)."""
+    out = out_dir if isinstance(out_dir, OutputDir) else claim(out_dir, "--report")
     report = build_report(stack, nodes, bench, notes)
     groups: dict[tuple[str, str], list[BenchVerdict]] = defaultdict(list)
     for v in bench or []:
@@ -94,8 +96,8 @@ def write_report(out_dir: Path, stack: str, nodes: list[NodeHealth], bench: list
     for (coll, scope), runs in sorted(groups.items()):
         name = f"busbw-{coll}-{scope}.png"
         title = f"{stack}: {coll} {scope}"
-        plot_bandwidth(runs, out_dir / name, title)
+        plot_bandwidth(runs, out.target(name), title)
         report["plots"].append({"file": name, "title": title, "runs": [r.label for r in runs]})
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(report))
+    out.write_text("report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    out.write_text("report.md", render_markdown(report))
     return report

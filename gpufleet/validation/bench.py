@@ -29,6 +29,7 @@ import jinja2
 import yaml
 
 from gpufleet.catalog.model import BusbwGate, GpuModel
+from gpufleet.parsers.errors import ParseError
 from gpufleet.parsers.nccl import NcclResult
 from gpufleet.validation.gates import GIB, GateResult, evaluate_busbw
 
@@ -328,9 +329,28 @@ def scope_of(result: NcclResult, model: GpuModel) -> Scope:
     return "single-node"
 
 
+def check_plausible(result: NcclResult, model: GpuModel) -> None:
+    """Refuse (ParseError) a run whose bus or algorithm bandwidth exceeds what the GPU can move at all: a
+    1.7e308 GB/s row must be an error, never a passed gate."""
+    ceiling = model.busbw_ceiling_gbs
+    for r in result.rows:
+        for m in (r.out_of_place, r.in_place):
+            if m is None:
+                continue
+            for what, value in (("busbw", m.busbw_gbs), ("algbw", m.algbw_gbs), ("time", m.time_us)):
+                if value < 0 or (what != "time" and value > ceiling):
+                    raise ParseError(f"{what} {value:g} at {r.size_bytes} bytes is not a measurement on "
+                                     f"{model.key} (0 to {ceiling:g} GB/s, the catalog's NVLink/PCIe peak)")
+    if result.avg_busbw_gbs is not None and not 0 <= result.avg_busbw_gbs <= ceiling:
+        raise ParseError(f"avg busbw {result.avg_busbw_gbs:g} is not a measurement on {model.key} "
+                         f"(0 to {ceiling:g} GB/s)")
+
+
 def gate_result(result: NcclResult, model: GpuModel, label: str, collective: str | None = None,
                 scope: Scope | None = None) -> BenchVerdict:
-    """Judge one parsed run against the catalog's gate for its collective and scope."""
+    """Judge one parsed run against the catalog's gate for its collective and scope (ParseError when a value
+    is physically implausible: see check_plausible)."""
+    check_plausible(result, model)
     coll = collective or result.collective or "all_reduce"
     sc = scope or scope_of(result, model)
     gate = model.gate(coll, sc)

@@ -17,8 +17,10 @@ from rich.console import Console
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
 from gpufleet.catalog import get_gpu
-from gpufleet.inputs import load_yaml
+from gpufleet.errors import InputError
+from gpufleet.inputs import load_yaml, read_text
 from gpufleet.lock import Lock
+from gpufleet.outdir import OutputDir
 from gpufleet.spec import ClusterSpec
 from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evaluate_node, unreachable
 
@@ -51,22 +53,51 @@ def expectations_for(spec: ClusterSpec, lock: Lock, pool_name: str | None,
 def inventory_hosts(inventory: Path, group: str = "gpu") -> dict[str, str | None]:
     """Hosts of ``group`` in a gpufleet-written hosts.yml, with their pool (from the ``pool_<name>`` groups)."""
     data = load_yaml(inventory) or {}
-    children: dict[str, Any] = (data.get("all") or {}).get("children") or {}
+
+    def mapping(value: Any, key: str) -> dict[str, Any]:
+        # An inventory edited by hand can hold a list (or a string) where Ansible's format has a mapping.
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise InputError.one(str(inventory), f"is a {type(value).__name__}, not a mapping",
+                                 "write the inventory in Ansible's YAML format (all: children: <group>: hosts: "
+                                 "<host>: {...}), or regenerate it with gpufleet", key=key, value=value,
+                                 kind="inventory problem")
+        return value
+
+    all_ = mapping(mapping(data, "-").get("all"), "all")
+    children = mapping(all_.get("children"), "all.children")
     pools: dict[str, str] = {}
     for name, grp in children.items():
-        if name.startswith("pool_"):
-            for host in (grp or {}).get("hosts") or {}:
-                pools[host] = name.removeprefix("pool_")
-    members = ((children.get(group) or {}).get("hosts")) or {}
-    return {h: pools.get(h) for h in members}
+        if str(name).startswith("pool_"):
+            for host in mapping(mapping(grp, f"all.children.{name}").get("hosts"), f"all.children.{name}.hosts"):
+                pools[str(host)] = str(name).removeprefix("pool_")
+    members = mapping(mapping(children.get(group), f"all.children.{group}").get("hosts"),
+                      f"all.children.{group}.hosts")
+    return {str(h): pools.get(str(h)) for h in members}
 
 
 def load_bundles(raw_dir: Path) -> dict[str, dict[str, Any]]:
+    """The role's per-host JSON bundles, read within the input limits (a bundle is node output: untrusted)."""
     bundles: dict[str, dict[str, Any]] = {}
     for path in sorted(raw_dir.glob("*.json")):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(read_text(path, "log"), parse_int=_bounded_int)
+        except (ValueError, RecursionError) as e:
+            raise InputError.one(str(path), f"not a validation bundle ({str(e)[:120]})",
+                                 "rerun gpufleet validate; the node_validation role writes these files",
+                                 kind="input error") from None
+        if not isinstance(data, dict):
+            raise InputError.one(str(path), f"a validation bundle is a JSON object, not {type(data).__name__}",
+                                 "rerun gpufleet validate", kind="input error")
         bundles[str(data.get("host") or path.stem)] = data
     return bundles
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 20:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
 
 
 def evaluate(spec: ClusterSpec, lock: Lock, hosts: dict[str, str | None], bundles: dict[str, dict[str, Any]],
@@ -84,7 +115,13 @@ def evaluate(spec: ClusterSpec, lock: Lock, hosts: dict[str, str | None], bundle
                     why += f": {msgs[0]}"
             out.append(unreachable(host, pool, why))
             continue
-        data = NodeData.from_bundle(bundle)
+        try:
+            data = NodeData.from_bundle(bundle)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            # The bundle is node output: a wrong schema or shape is the contract's error, not a traceback.
+            raise InputError.one(f"validation bundle of {host}", f"not a node_validation bundle ({str(e)[:160]})",
+                                 "rerun gpufleet validate with this gpufleet's node_validation role",
+                                 kind="input error") from None
         out.append(evaluate_node(data, expectations_for(spec, lock, data.pool or pool, ib_rate_gbps)))
     return out
 
@@ -109,21 +146,33 @@ class ValidationResult:
                 "raw_dir": None if self.raw_dir is None else str(self.raw_dir), "notes": self.notes}
 
 
-def run_validation(stack: ResolvedStack, *, limit: str | None = None, raw_dir: Path | None = None,
+def run_validation(stack: ResolvedStack, *, limit: str | None = None, keep: OutputDir | None = None,
                    ib_rate_gbps: int | None = None, console: Console | None = None,
                    live: bool = True) -> ValidationResult:
-    """Collect on every GPU node of ``stack`` and judge it. ``raw_dir`` keeps the bundles (else a temp dir)."""
+    """Collect on every GPU node of ``stack`` and judge it; ``keep`` gets a copy of the bundles under raw/.
+
+    The role always writes into a fresh temporary folder: a bundle from an earlier run cannot stand in for an
+    unreachable host, and nothing in the user's folder is deleted to ensure that. In ``keep`` only the bundles
+    gpufleet copied there earlier are replaced or removed (gpufleet.outdir).
+    """
     spec, lock, inventory = stack.spec, stack.lock, stack.inventory
     hosts = inventory_hosts(inventory)
     with tempfile.TemporaryDirectory(prefix="gpufleet-validate-") as tmp:
-        target = (raw_dir or Path(tmp)).resolve()
-        target.mkdir(parents=True, exist_ok=True)
-        for old in target.glob("*.json"):
-            old.unlink()  # a bundle from an earlier run must not stand in for an unreachable host
+        target = Path(tmp).resolve()
         run = run_playbook(PLAYBOOK, inventory, limit=limit, console=console, live=live,
                            extravars={"node_validation_report_dir": str(target)})
         bundles = load_bundles(target)
+        if keep is not None:
+            names = {f"raw/{p.name}" for p in target.glob("*.json")}
+            keep.remove_written("raw/*.json", keep=names)
+            for rel in sorted(names):
+                keep.write_bytes(rel, (target / rel.removeprefix("raw/")).read_bytes())
         if limit:
             hosts = {h: p for h, p in hosts.items() if h in bundles or h in run.hosts}
+            if not hosts:
+                # No node checked is not a healthy cluster: a typo in --limit must not report "healthy".
+                raise InputError.one(str(inventory), f"--limit {limit!r} matches no GPU host of the inventory",
+                                     "pass a host name or pattern of the inventory's gpu group", key="--limit",
+                                     value=limit, kind="invalid option")
         nodes = evaluate(spec, lock, hosts, bundles, run, ib_rate_gbps)
-    return ValidationResult(spec.stack, nodes, run, raw_dir)
+    return ValidationResult(spec.stack, nodes, run, None if keep is None else keep.path / "raw")
