@@ -1,5 +1,5 @@
 """``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, ``topo -m``, ``nvlink -s``,
-nccl-tests logs)."""
+nccl-tests logs, ``dcgmi diag``, NVMe SMART)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from gpufleet.parsers import ParseError
 from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
+from gpufleet.validation.dcgm_diag import parse_dcgm_diag
+from gpufleet.validation.health import check_dcgm_diag
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
 
@@ -137,3 +139,26 @@ def nvlink(file: FileArg, as_json: JsonOpt = False) -> None:
         table.add_row(str(g.index), g.name, str(g.active_links), ", ".join(f"{s:g}" for s in speeds) or "-",
                       g.note or "-")
     Console().print(table)
+
+
+@app.command("dcgm-diag")
+@contract
+def dcgm_diag(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``dcgmi diag -r N`` output (table or ``-j`` JSON) and the findings validate makes of it."""
+    report = _parsed(file, parse_dcgm_diag)
+    findings = check_dcgm_diag(report)
+    if as_json:
+        print_json({**report.to_dict(), "findings": [f.to_json() for f in findings]})
+        return
+    table = Table(title=f"dcgmi diag (DCGM {_show(report.dcgm_version)}, driver {_show(report.driver_version)}, "
+                        f"level {_show(report.level)})")
+    for col in ("category", "test", "status", "GPUs", "warnings"):
+        table.add_column(col)
+    for r in report.results:
+        table.add_row(r.category, r.test, r.status, "all" if r.gpus is None else ",".join(map(str, r.gpus)),
+                      str(len(r.warnings)))
+    console = Console()
+    console.print(table)
+    for f in findings:
+        if f.severity != "info":
+            console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")

@@ -68,6 +68,7 @@ from gpufleet.parsers.smi_xml import GpuInfo, SmiReport, parse_smi_xml
 from gpufleet.spec import Taint
 from gpufleet.topology import Topology, parse_topo_m
 from gpufleet.validation import xid
+from gpufleet.validation.dcgm_diag import DiagReport, gpus_named, parse_dcgm_diag
 from gpufleet.validation.ibstat import IbstatReport, parse_ibstat, select_hcas
 from gpufleet.validation.xid import HEALTH_TAINT_KEY, Severity
 
@@ -181,6 +182,8 @@ class NodeData:
     fabricmanager_installed: bool = True
     #: ``nvidia-smi topo -m``; None when the bundle has none (collected before topology was).
     topo: CommandOutput | None = None
+    #: ``dcgmi diag -r N [-j]`` output; None when not run (level 1 in the quick checks, 3 only on request).
+    dcgm_diag: CommandOutput | None = None
 
     @classmethod
     def from_bundle(cls, bundle: Mapping[str, Any]) -> NodeData:
@@ -204,6 +207,7 @@ class NodeData:
             kernel_log="\n".join(log.get("lines") or []),
             kernel_log_source=str(log.get("source") or ""),
             topo=CommandOutput.from_json(bundle.get("topo")),
+            dcgm_diag=CommandOutput.from_json(bundle.get("dcgm_diag")),
         )
 
 
@@ -555,6 +559,63 @@ def check_xids(log: str, smi: SmiReport | None) -> tuple[list[Finding], int]:
     return out, len(events)
 
 
+#: Deployment tests whose failure is configuration (re-converge fixes it), and the two that are the hardware's.
+DCGM_DEPLOYMENT_ACTIONS = {"Page Retirement/Row Remap": NodeAction.RESET_GPU, "Inforom": NodeAction.ISOLATE}
+#: DCGM's wording when CUDA cannot initialise; on NVSwitch boards the usual cause is fabric manager not running
+#: (the 3.3.8 level-3 capture in ../shared/fixtures/real/dcgm, nccl-tests issue #264).
+_CUINIT = re.compile(r"cuInit.*system not yet initialized", re.IGNORECASE | re.DOTALL)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def check_dcgm_diag(report: DiagReport) -> list[Finding]:
+    """Findings of a ``dcgmi diag`` run, named by NVIDIA's category and test (``dcgm-hardware-gpu-memory``).
+
+    Fail: critical. Deployment failures are configuration (remediate) except row remap/page retirement
+    (reset-gpu) and the inforom (isolate); Integration, Hardware, Stress, Performance and Custom failures are the
+    board's (isolate), unless CUDA failed to initialise with "system not yet initialized" (remediate: start
+    nvidia-fabricmanager, as the ``fabric-manager`` check says). Warn: warning/monitor. Skip and not-run: info,
+    so a level-3 run cut short by ``--fail-early`` says what was never tested.
+    """
+    out: list[Finding] = []
+    for r in report.results:
+        check = f"dcgm-{_slug(r.category)}-{_slug(r.test)}"
+        where = f"DCGM {report.dcgm_version or '?'} level {report.level or '?'} {r.category}/{r.test}"
+        if r.status == "fail":
+            if r.category == "Deployment":
+                action = DCGM_DEPLOYMENT_ACTIONS.get(r.test, NodeAction.REMEDIATE)
+            elif any(_CUINIT.search(w) for w in r.warnings):
+                action = NodeAction.REMEDIATE
+            else:
+                action = NodeAction.ISOLATE
+            for gpu in gpus_named(r):
+                detail = next((w for w in r.warnings if gpu is None or re.match(rf"GPU {gpu}\b", w)),
+                              r.warnings[0] if r.warnings else "")
+                hint = " (CUDA not initialised: on NVSwitch boards start nvidia-fabricmanager)" \
+                    if _CUINIT.search(detail) else ""
+                out.append(Finding(check, "critical", action,
+                                   f"{where}: Fail{'' if gpu is None else f' on GPU {gpu}'}{hint}"
+                                   + (f": {detail[:300]}" if detail else ""), gpu))
+        elif r.status == "warn":
+            out.append(Finding(check, "warning", NodeAction.MONITOR,
+                               f"{where}: Warn: {'; '.join(r.warnings)[:300] or 'no detail'}",
+                               r.gpus[0] if r.gpus and len(r.gpus) == 1 else None))
+        elif r.status in ("skip", "not-run") and not any(f.check == check for f in out):
+            out.append(Finding(check, "info", NodeAction.MONITOR, f"{where}: {r.status}, not tested"))
+    return out
+
+
+def check_dcgm_output(output: CommandOutput) -> list[Finding]:
+    """The bundle's ``dcgm_diag``: unreadable output is a warning (the diagnostic, not the GPU, failed)."""
+    try:
+        return check_dcgm_diag(parse_dcgm_diag(output.stdout))
+    except ParseError as e:
+        return [Finding("dcgm-diag", "warning", NodeAction.MONITOR,
+                        f"dcgmi diag (rc {output.rc}) output unreadable: {str(e).splitlines()[0]}")]
+
+
 def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     """Every check over one node's raw data."""
     health = NodeHealth(data.host, data.pool, loaded_module=data.module_version)
@@ -586,6 +647,8 @@ def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     health.findings.extend(check_fabric_manager(data, exp))
     health.findings.extend(check_rdma(data, exp))
     health.findings.extend(check_topology(data, smi, exp))
+    if data.dcgm_diag is not None:
+        health.findings.extend(check_dcgm_output(data.dcgm_diag))
     xid_findings, n_events = check_xids(data.kernel_log, smi)
     health.findings.extend(xid_findings)
     health.xid_events = n_events
