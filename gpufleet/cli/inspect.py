@@ -18,7 +18,8 @@ from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
 from gpufleet.validation.dcgm_diag import parse_dcgm_diag
-from gpufleet.validation.health import check_dcgm_diag
+from gpufleet.validation.health import check_dcgm_diag, check_smart
+from gpufleet.validation.smart import parse_smart
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
 
@@ -162,3 +163,20 @@ def dcgm_diag(file: FileArg, as_json: JsonOpt = False) -> None:
     for f in findings:
         if f.severity != "info":
             console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")
+
+
+@app.command("nvme-smart")
+@contract
+def nvme_smart(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse one NVMe drive's ``smartctl --json`` or ``nvme smart-log -o json`` output and its findings."""
+    report = _parsed(file, parse_smart)
+    findings = check_smart(report)
+    if as_json:
+        print_json({**report.to_dict(), "findings": [f.to_json() for f in findings]})
+        return
+    console = Console()
+    console.print(f"{_show(report.device)} {_show(report.model)}: critical_warning=0x{report.critical_warning:02x}, "
+                  f"spare {report.available_spare_pct}% (threshold {report.spare_threshold_pct}%), "
+                  f"used {report.percentage_used}%, media errors {report.media_errors}")
+    for f in findings:
+        console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")

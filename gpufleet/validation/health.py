@@ -70,6 +70,7 @@ from gpufleet.topology import Topology, parse_topo_m
 from gpufleet.validation import xid
 from gpufleet.validation.dcgm_diag import DiagReport, gpus_named, parse_dcgm_diag
 from gpufleet.validation.ibstat import IbstatReport, parse_ibstat, select_hcas
+from gpufleet.validation.smart import CRITICAL_WARNING_BITS, SmartReport, SmartThresholds, parse_smart
 from gpufleet.validation.xid import HEALTH_TAINT_KEY, Severity
 
 BUNDLE_SCHEMA = 1
@@ -184,6 +185,8 @@ class NodeData:
     topo: CommandOutput | None = None
     #: ``dcgmi diag -r N [-j]`` output; None when not run (level 1 in the quick checks, 3 only on request).
     dcgm_diag: CommandOutput | None = None
+    #: Per NVMe device, ``smartctl --json`` or ``nvme smart-log -o json`` output (device name -> output).
+    nvme_smart: Mapping[str, CommandOutput] = field(default_factory=dict)
 
     @classmethod
     def from_bundle(cls, bundle: Mapping[str, Any]) -> NodeData:
@@ -208,6 +211,8 @@ class NodeData:
             kernel_log_source=str(log.get("source") or ""),
             topo=CommandOutput.from_json(bundle.get("topo")),
             dcgm_diag=CommandOutput.from_json(bundle.get("dcgm_diag")),
+            nvme_smart={str(dev): out for dev, raw in (bundle.get("nvme_smart") or {}).items()
+                        if (out := CommandOutput.from_json(raw)) is not None},
         )
 
 
@@ -616,6 +621,70 @@ def check_dcgm_output(output: CommandOutput) -> list[Finding]:
                         f"dcgmi diag (rc {output.rc}) output unreadable: {str(e).splitlines()[0]}")]
 
 
+#: Critical-warning bits that mean the drive must be replaced (isolate); the others are warnings (monitor).
+SMART_CRITICAL_BITS = (0, 2, 3, 4)
+SMART_DEFAULTS = SmartThresholds()
+
+
+def check_smart(report: SmartReport, device: str | None = None,
+                limits: SmartThresholds = SMART_DEFAULTS) -> list[Finding]:
+    """Findings of one NVMe drive's SMART log (check names ``ssd-*``; the node's local scratch/cache).
+
+    critical/isolate: critical-warning bit 0 (spare below threshold), 2 (reliability degraded), 3 (read-only),
+    4 (volatile memory backup failed); available spare below the drive's threshold; smartctl's self-assessment
+    FAILED. warning/monitor: bits 1 (temperature) and 5 (PMR read-only); spare within ``spare_margin_pct`` of the
+    threshold; ``percent_used`` at ``percent_used_warning``; media errors > 0 (unrecovered data integrity errors:
+    smartctl still says PASSED for the 970 EVO capture with 7 of them, so not critical, but a cache on that drive
+    may hand back corrupt data). info: ``percent_used`` at ``percent_used_info``.
+    """
+    dev = device or report.device or "nvme"
+    out: list[Finding] = []
+
+    def add(check: str, severity: Severity, action: NodeAction, message: str) -> None:
+        out.append(Finding(check, severity, action, f"{dev}"
+                           f"{f' ({report.model})' if report.model else ''}: {message}"))
+
+    for bit, name in CRITICAL_WARNING_BITS.items():
+        if not report.critical_warning & (1 << bit):
+            continue
+        crit = bit in SMART_CRITICAL_BITS
+        add(f"ssd-critical-warning-{bit}", "critical" if crit else "warning",
+            NodeAction.ISOLATE if crit else NodeAction.MONITOR,
+            f"critical warning bit {bit}: {name} (critical_warning=0x{report.critical_warning:02x})")
+    spare, thresh = report.available_spare_pct, report.spare_threshold_pct
+    if spare < thresh:
+        add("ssd-spare", "critical", NodeAction.ISOLATE, f"available spare {spare}% below the threshold {thresh}%")
+    elif spare <= thresh + limits.spare_margin_pct and thresh > 0:
+        add("ssd-spare", "warning", NodeAction.MONITOR,
+            f"available spare {spare}% within {limits.spare_margin_pct} points of the threshold {thresh}%")
+    if report.smart_passed is False:
+        add("ssd-smart-status", "critical", NodeAction.ISOLATE, "smartctl's SMART self-assessment: FAILED")
+    used = report.percentage_used
+    if used >= limits.percent_used_warning:
+        add("ssd-wear", "warning", NodeAction.MONITOR,
+            f"{used}% of the rated endurance used (>= {limits.percent_used_warning}%): replace the drive")
+    elif used >= limits.percent_used_info:
+        add("ssd-wear", "info", NodeAction.MONITOR, f"{used}% of the rated endurance used: plan a replacement")
+    if report.media_errors > 0:
+        add("ssd-media-errors", "warning", NodeAction.MONITOR,
+            f"{report.media_errors} media and data integrity errors"
+            + (f", {report.error_log_entries} error log entries" if report.error_log_entries else ""))
+    return out
+
+
+def check_smart_outputs(outputs: Mapping[str, CommandOutput], limits: SmartThresholds = SMART_DEFAULTS
+                        ) -> list[Finding]:
+    """The bundle's ``nvme_smart``: unreadable output is a warning naming the device."""
+    out: list[Finding] = []
+    for dev, output in sorted(outputs.items()):
+        try:
+            out.extend(check_smart(parse_smart(output.stdout), dev, limits))
+        except ParseError as e:
+            out.append(Finding("ssd-smart", "warning", NodeAction.MONITOR,
+                               f"{dev}: SMART output (rc {output.rc}) unreadable: {str(e).splitlines()[0]}"))
+    return out
+
+
 def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     """Every check over one node's raw data."""
     health = NodeHealth(data.host, data.pool, loaded_module=data.module_version)
@@ -649,6 +718,7 @@ def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     health.findings.extend(check_topology(data, smi, exp))
     if data.dcgm_diag is not None:
         health.findings.extend(check_dcgm_output(data.dcgm_diag))
+    health.findings.extend(check_smart_outputs(data.nvme_smart))
     xid_findings, n_events = check_xids(data.kernel_log, smi)
     health.findings.extend(xid_findings)
     health.xid_events = n_events
