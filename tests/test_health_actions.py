@@ -5,6 +5,7 @@ healthy streak before clearing."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,3 +162,54 @@ def test_marker_for_ansible_only_pools_and_state_round_trip(tmp_path: Path) -> N
     assert loaded.hosts["gpu-0"].applied == "reset-gpu"
     apply_plan(plan_actions([well("gpu-0")], loaded, {"h100-a": 10}, clear=True), MarkerExecutor(tmp_path / "markers"))
     assert not marker.exists()
+
+
+def test_validate_apply_cli_marks_within_the_rate_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+
+    from typer.testing import CliRunner
+
+    from gpufleet.cli import app
+    from gpufleet.validation.run import ValidationResult
+    from gpufleet.workflow import resolve_stack
+
+    pool = next(p for p in resolve_stack("local").spec.pools if p.role == "gpu")
+    nodes = [sick(f"gpu-{i}", pool=pool.name) for i in range(3)]
+    monkeypatch.setattr("gpufleet.validation.run.run_validation",
+                        lambda stack, **_: ValidationResult(stack, nodes, None, None))
+    state = tmp_path / "state.json"
+    r = CliRunner().invoke(app, ["validate", "--stack", "local", "--json", "--no-security", "--apply",
+                                 "--apply-to", "marker", "--state", str(state)])
+    assert r.exit_code == 1, r.output  # critical findings still fail the run
+    actions = json.loads(r.stdout)["actions"]
+    assert [i["decision"] for i in actions["items"]] == ["apply", "held", "held"]
+    assert (tmp_path / "markers" / "gpu-0.json").is_file() and not (tmp_path / "markers" / "gpu-1.json").exists()
+    assert 'gpufleet_health_actions_held{pool="' + pool.name + '"} 2' in (
+        tmp_path / "gpufleet_health_actions.prom").read_text()
+    bad = CliRunner().invoke(app, ["validate", "--stack", "local", "--json", "--apply", "--max-share", "0"])
+    assert bad.exit_code == 1 and json.loads(bad.stdout)["error"]["key"] == "--max-share"
+    bad = CliRunner().invoke(app, ["validate", "--stack", "local", "--clear"])
+    assert bad.exit_code == 1 and "--clear only acts with --apply" in bad.output
+
+
+def test_kubectl_transport_is_argv_and_maps_conflicts() -> None:
+    from gpufleet.validation.actions import kubectl_transport
+
+    calls: list[tuple[list[str], str | None]] = []
+    node_json = json.dumps(node("gpu-0", [KUBELET]))
+
+    def run(argv: Sequence[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        calls.append((list(argv), stdin))
+        if argv[3] == "patch" and len([c for c in calls if c[0][3] == "patch"]) == 1:
+            return subprocess.CompletedProcess(list(argv), 1, "", 'Error from server (Conflict): Operation cannot '
+                                               'be fulfilled on nodes "gpu-0": the object has been modified')
+        return subprocess.CompletedProcess(list(argv), 0, node_json if argv[3] != "create" else "{}", "")
+
+    send = kubectl_transport(("kubectl", "--context", "c1"), run)
+    done = apply_plan(plan_actions([sick("gpu-0")], ActionState(), {"h100-a": 10}), KubernetesExecutor(send))
+    assert [d.error for d in done] == [None]
+    argvs = [c[0][3:5] for c in calls]
+    assert argvs == [["get", "--raw"], ["patch", "node"], ["get", "--raw"], ["patch", "node"], ["create", "--raw"]]
+    patch = json.loads(calls[3][0][calls[3][0].index("-p") + 1])
+    assert patch["spec"]["taints"][-1] == {"key": "gpufleet.io/gpu-unhealthy", "value": "reset-gpu",
+                                           "effect": "NoSchedule"}
+    assert json.loads(calls[-1][1] or "")["reason"] == "GpufleetUnhealthy"

@@ -215,8 +215,49 @@ class KubernetesExecutor:
             raise RuntimeError(f"POST event for node {item.host}: HTTP {status}: {obj}")
 
 
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=60)
+def _run(argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=60, input=stdin)
+
+
+KubectlRunner = Callable[[Sequence[str], "str | None"], "subprocess.CompletedProcess[str]"]
+
+
+def _kubectl_status(stderr: str) -> int:
+    if "(Conflict)" in stderr or "the object has been modified" in stderr:
+        return 409
+    if "(NotFound)" in stderr or "not found" in stderr:
+        return 404
+    if "(Forbidden)" in stderr:
+        return 403
+    return 500
+
+
+def kubectl_transport(kubectl: Sequence[str] = ("kubectl",), run: KubectlRunner = _run) -> Transport:
+    """The taint writer's transport over ``kubectl`` (the operator's kubeconfig and context), argv only:
+    GET as ``get --raw``, the node merge patch as ``patch node --type=merge`` (resourceVersion inside, so a
+    concurrent write still answers 409), an Event as ``create --raw -f -``."""
+
+    def send(method: str, path: str, body: Any, content_type: str) -> tuple[int, Any]:
+        if method == "GET":
+            argv = [*kubectl, "get", "--raw", path]
+            stdin = None
+        elif method == "PATCH" and path.startswith("/api/v1/nodes/") and content_type.endswith("merge-patch+json"):
+            argv = [*kubectl, "patch", "node", path.rsplit("/", 1)[1], "--type=merge", "-p", json.dumps(body),
+                    "-o", "json"]
+            stdin = None
+        elif method == "POST":
+            argv, stdin = [*kubectl, "create", "--raw", path, "-f", "-"], json.dumps(body)
+        else:
+            raise ValueError(f"kubectl transport: {method} {path} not supported")
+        r = run(argv, stdin)
+        if r.returncode != 0:
+            return _kubectl_status(r.stderr or ""), {"message": (r.stderr or r.stdout).strip()[:500]}
+        try:
+            return 200 if method != "POST" else 201, json.loads(r.stdout or "{}")
+        except json.JSONDecodeError:
+            return 500, {"message": f"kubectl printed no JSON: {r.stdout[:200]}"}
+
+    return send
 
 
 def scontrol_argv(item: PlannedAction) -> list[str] | None:
@@ -304,3 +345,32 @@ def metrics_text(plan: ActionPlan, applied: Sequence[AppliedAction]) -> str:
         held = sum(1 for i in plan.held if (i.pool or "-") == pool)
         lines.append(f'gpufleet_health_actions_held{{pool="{pool}"}} {held}')
     return "\n".join(lines) + "\n"
+
+
+Target = Literal["kubernetes", "slurm", "marker"]
+
+
+def executor_for(target: Target, markers: Path) -> Executor:
+    if target == "kubernetes":
+        return KubernetesExecutor(kubectl_transport())
+    if target == "slurm":
+        return SlurmExecutor()
+    return MarkerExecutor(markers)
+
+
+def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
+                execute: Executor, policy: ActionPolicy, clear: bool = False) -> dict[str, Any]:
+    """Plan, apply, save the state and write the metrics next to it; the JSON ``gpufleet validate`` reports."""
+    state = ActionState.load(state_path)
+    plan = plan_actions(nodes, state, pool_sizes, policy, clear)
+    applied = apply_plan(plan, execute)
+    # A failed application is not recorded as applied: the next run tries again.
+    for a in applied:
+        if a.error is not None:
+            hs = state.hosts[a.item.host]
+            hs.applied = None if a.item.decision == "apply" else a.item.action
+    state.save(state_path)
+    metrics = state_path.with_name("gpufleet_health_actions.prom")
+    metrics.write_text(metrics_text(plan, applied), encoding="utf-8")
+    return {**plan.to_json(), "applied": [a.to_json() for a in applied], "state": str(state_path),
+            "metrics": str(metrics), "policy": asdict(policy)}
