@@ -165,7 +165,6 @@ def test_marker_for_ansible_only_pools_and_state_round_trip(tmp_path: Path) -> N
 
 
 def test_validate_apply_cli_marks_within_the_rate_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-
     from typer.testing import CliRunner
 
     from gpufleet.cli import app
