@@ -12,12 +12,14 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.cli.contract import contract, parse_failure, print_json
+from gpufleet.errors import InputError
 from gpufleet.inputs import iter_lines, read_text
 from gpufleet.parsers import ParseError
 from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
 from gpufleet.validation.dcgm_diag import parse_dcgm_diag
+from gpufleet.validation.fio import FioGate, gate_fio, parse_fio
 from gpufleet.validation.health import check_dcgm_diag, check_smart
 from gpufleet.validation.smart import parse_smart
 
@@ -180,3 +182,44 @@ def nvme_smart(file: FileArg, as_json: JsonOpt = False) -> None:
                   f"used {report.percentage_used}%, media errors {report.media_errors}")
     for f in findings:
         console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")
+
+
+@app.command("fio")
+@contract
+def fio(
+    file: FileArg, as_json: JsonOpt = False,
+    min_read_mbps: Annotated[float | None, typer.Option(help="Gate: summed read MB/s (10^6 B/s).")] = None,
+    min_write_mbps: Annotated[float | None, typer.Option(help="Gate: summed write MB/s (10^6 B/s).")] = None,
+    min_read_iops: Annotated[float | None, typer.Option(help="Gate: summed read IOPS.")] = None,
+    min_write_iops: Annotated[float | None, typer.Option(help="Gate: summed write IOPS.")] = None,
+) -> None:
+    """Parse fio ``--output-format=json`` output (also ``json,normal``); with gates, exit 1 when one fails."""
+    result = _parsed(file, parse_fio)
+    gates = []
+    try:
+        for direction, mbps, iops in (("read", min_read_mbps, min_read_iops), ("write", min_write_mbps,
+                                                                                min_write_iops)):
+            if mbps is not None or iops is not None:
+                gates.append(FioGate(direction, None if mbps is None else mbps * 1e6, iops))  # type: ignore[arg-type]
+    except ValueError as e:
+        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
+                             kind="invalid option") from None
+    verdicts = [gate_fio(result, g) for g in gates]
+    if as_json:
+        print_json({**result.to_dict(), "gates": [v.to_json() for v in verdicts]})
+    else:
+        table = Table(title=f"fio {_show(result.version)}")
+        for col in ("job", "rw", "read MB/s", "read IOPS", "write MB/s", "write IOPS", "p99 clat us (r/w)"):
+            table.add_column(col)
+        for j in result.jobs:
+            r, w = j.read, j.write
+            table.add_row(j.name, _show(j.rw), f"{r.bw_bytes / 1e6:.1f}" if r else "-", f"{r.iops:.0f}" if r else "-",
+                          f"{w.bw_bytes / 1e6:.1f}" if w else "-", f"{w.iops:.0f}" if w else "-",
+                          "/".join("-" if s is None or s.clat_p99_ns is None else f"{s.clat_p99_ns / 1e3:.0f}"
+                                   for s in (r, w)))
+        console = Console()
+        console.print(table)
+        for v in verdicts:
+            console.print(f"gate {v.direction}: {v.status} ({v.reason})")
+    if any(v.status != "pass" for v in verdicts):
+        raise typer.Exit(1)
