@@ -1,5 +1,5 @@
 """``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, ``topo -m``, ``nvlink -s``,
-nccl-tests logs)."""
+nccl-tests logs, ``dcgmi diag``, NVMe SMART)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.cli.contract import contract, parse_failure, print_json
+from gpufleet.errors import InputError
 from gpufleet.inputs import iter_lines, read_text
 from gpufleet.parsers import ParseError
 from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
+from gpufleet.validation.dcgm_diag import parse_dcgm_diag
+from gpufleet.validation.fio import FioGate, gate_fio, parse_fio
+from gpufleet.validation.health import check_dcgm_diag, check_smart
+from gpufleet.validation.smart import parse_smart
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
 
@@ -137,3 +142,84 @@ def nvlink(file: FileArg, as_json: JsonOpt = False) -> None:
         table.add_row(str(g.index), g.name, str(g.active_links), ", ".join(f"{s:g}" for s in speeds) or "-",
                       g.note or "-")
     Console().print(table)
+
+
+@app.command("dcgm-diag")
+@contract
+def dcgm_diag(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``dcgmi diag -r N`` output (table or ``-j`` JSON) and the findings validate makes of it."""
+    report = _parsed(file, parse_dcgm_diag)
+    findings = check_dcgm_diag(report)
+    if as_json:
+        print_json({**report.to_dict(), "findings": [f.to_json() for f in findings]})
+        return
+    table = Table(title=f"dcgmi diag (DCGM {_show(report.dcgm_version)}, driver {_show(report.driver_version)}, "
+                        f"level {_show(report.level)})")
+    for col in ("category", "test", "status", "GPUs", "warnings"):
+        table.add_column(col)
+    for r in report.results:
+        table.add_row(r.category, r.test, r.status, "all" if r.gpus is None else ",".join(map(str, r.gpus)),
+                      str(len(r.warnings)))
+    console = Console()
+    console.print(table)
+    for f in findings:
+        if f.severity != "info":
+            console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")
+
+
+@app.command("nvme-smart")
+@contract
+def nvme_smart(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse one NVMe drive's ``smartctl --json`` or ``nvme smart-log -o json`` output and its findings."""
+    report = _parsed(file, parse_smart)
+    findings = check_smart(report)
+    if as_json:
+        print_json({**report.to_dict(), "findings": [f.to_json() for f in findings]})
+        return
+    console = Console()
+    console.print(f"{_show(report.device)} {_show(report.model)}: critical_warning=0x{report.critical_warning:02x}, "
+                  f"spare {report.available_spare_pct}% (threshold {report.spare_threshold_pct}%), "
+                  f"used {report.percentage_used}%, media errors {report.media_errors}")
+    for f in findings:
+        console.print(f"{f.severity} {f.check} -> {f.action.value}: {f.message}")
+
+
+@app.command("fio")
+@contract
+def fio(
+    file: FileArg, as_json: JsonOpt = False,
+    min_read_mbps: Annotated[float | None, typer.Option(help="Gate: summed read MB/s (10^6 B/s).")] = None,
+    min_write_mbps: Annotated[float | None, typer.Option(help="Gate: summed write MB/s (10^6 B/s).")] = None,
+    min_read_iops: Annotated[float | None, typer.Option(help="Gate: summed read IOPS.")] = None,
+    min_write_iops: Annotated[float | None, typer.Option(help="Gate: summed write IOPS.")] = None,
+) -> None:
+    """Parse fio ``--output-format=json`` output (also ``json,normal``); with gates, exit 1 when one fails."""
+    result = _parsed(file, parse_fio)
+    gates = []
+    try:
+        for direction, mbps, iops in (("read", min_read_mbps, min_read_iops), ("write", min_write_mbps,
+                                                                                min_write_iops)):
+            if mbps is not None or iops is not None:
+                gates.append(FioGate(direction, None if mbps is None else mbps * 1e6, iops))  # type: ignore[arg-type]
+    except ValueError as e:
+        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
+                             kind="invalid option") from None
+    verdicts = [gate_fio(result, g) for g in gates]
+    if as_json:
+        print_json({**result.to_dict(), "gates": [v.to_json() for v in verdicts]})
+    else:
+        table = Table(title=f"fio {_show(result.version)}")
+        for col in ("job", "rw", "read MB/s", "read IOPS", "write MB/s", "write IOPS", "p99 clat us (r/w)"):
+            table.add_column(col)
+        for j in result.jobs:
+            r, w = j.read, j.write
+            table.add_row(j.name, _show(j.rw), f"{r.bw_bytes / 1e6:.1f}" if r else "-", f"{r.iops:.0f}" if r else "-",
+                          f"{w.bw_bytes / 1e6:.1f}" if w else "-", f"{w.iops:.0f}" if w else "-",
+                          "/".join("-" if s is None or s.clat_p99_ns is None else f"{s.clat_p99_ns / 1e3:.0f}"
+                                   for s in (r, w)))
+        console = Console()
+        console.print(table)
+        for v in verdicts:
+            console.print(f"gate {v.direction}: {v.status} ({v.reason})")
+    if any(v.status != "pass" for v in verdicts):
+        raise typer.Exit(1)

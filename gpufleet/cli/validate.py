@@ -20,6 +20,7 @@ from gpufleet.validation.bench import BenchVerdict
 from gpufleet.validation.health import NodeHealth
 
 if TYPE_CHECKING:
+    from gpufleet.validation.actions import ActionPolicy
     from gpufleet.workflow import ResolvedStack
 
 console = console_for(stderr=True)
@@ -117,12 +118,27 @@ def validate_command(
         "--security/--no-security",
         help="Also check apt's sources and keys for security drift (trusted=yes, signed-by, keys); fail on it.")]
     = True,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="Act on critical findings: taint (Kubernetes), drain (Slurm) or mark (Ansible-only).")]
+    = False,
+    clear: Annotated[bool, typer.Option(
+        "--clear", help="With --apply: clear healthy nodes now instead of after the healthy streak.")] = False,
+    apply_to: Annotated[str, typer.Option(
+        "--apply-to", help="kubernetes (kubectl, current context), slurm (scontrol) or marker (files).")]
+    = "kubernetes",
+    max_share: Annotated[float, typer.Option(
+        help="Rate limit: share of a pool's nodes acted on at once (at least one).")] = 0.10,
+    healthy_streak: Annotated[int, typer.Option(
+        help="Consecutive healthy checks before a node acted on is cleared.")] = 3,
+    state: Annotated[Path | None, typer.Option(
+        help="Action state file (default .gpufleet/<stack>/health-state.json).")] = None,
 ) -> None:
     """Check every GPU node's health (and gate nccl-tests logs); exit 1 on any critical finding."""
     from gpufleet.outdir import claim
     from gpufleet.validation.run import run_validation
     from gpufleet.workflow import resolve_stack
 
+    policy = _action_policy(stack, apply, clear, apply_to, max_share, healthy_streak)
     resolved = resolve_stack(stack)
     spec = resolved.spec
     # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
@@ -138,6 +154,15 @@ def validate_command(
                                  "--gpu MODEL`", key="gpufleet:pools", kind="invalid option")
         verdicts = _gate_logs(list(nccl), pool.gpu)
     print_nodes(result.nodes)
+    actions: dict[str, object] | None = None
+    if policy is not None:
+        from gpufleet.validation.actions import executor_for, run_actions
+
+        state_path = state or Path(".gpufleet") / spec.stack / "health-state.json"
+        actions = run_actions(result.nodes, {p.name: p.size for p in spec.pools}, state_path,
+                              executor_for(apply_to, state_path.parent / "markers"),  # type: ignore[arg-type]
+                              policy, clear)
+        print_actions(actions)
     if verdicts:
         print_bench(verdicts)
     weak = _security_findings(resolved, limit) if security else []
@@ -151,12 +176,50 @@ def validate_command(
         data = result.to_json()
         data["bench"] = [v.to_json() for v in verdicts]
         data["security"] = weak
+        if actions is not None:
+            data["actions"] = actions
         data["ok"] = result.ok and bench_ok
         typer.echo(dumps(data))
     ok = result.ok and bench_ok
     console.print("[green]healthy[/green]" if ok else
                   "[red]not healthy[/red]: critical findings, failed gates or security drift")
     raise typer.Exit(0 if ok else 1)
+
+
+def _action_policy(stack: str, apply: bool, clear: bool, apply_to: str, max_share: float,
+                   healthy_streak: int) -> ActionPolicy | None:
+    """The --apply options checked before anything runs (one error naming the option)."""
+    from gpufleet.validation.actions import ActionPolicy
+
+    if not apply:
+        if clear:
+            raise InputError.one(stack, "--clear only acts with --apply", "add --apply", key="--clear",
+                                 kind="invalid option")
+        return None
+    if apply_to not in ("kubernetes", "slurm", "marker"):
+        raise InputError.one(stack, f"--apply-to {apply_to!r} is not a target",
+                             "use kubernetes, slurm or marker", key="--apply-to", kind="invalid option")
+    try:
+        return ActionPolicy(max_share=max_share, healthy_streak=healthy_streak)
+    except ValueError as e:
+        raise InputError.one(stack, str(e), "--max-share in (0, 1], --healthy-streak 1 or more",
+                             key="--max-share" if "share" in str(e) else "--healthy-streak",
+                             kind="invalid option") from None
+
+
+def print_actions(actions: dict[str, object]) -> None:
+    table = Table(title="actions (--apply)")
+    for col in ("host", "pool", "decision", "taint", "drain reason", "result / why"):
+        table.add_column(col, overflow="fold")
+    results = {(a["host"], a["decision"]): a for a in actions["applied"]}  # type: ignore[attr-defined]
+    for i in actions["items"]:  # type: ignore[attr-defined]
+        done = results.get((i["host"], i["decision"]))
+        table.add_row(i["host"], i["pool"] or "-", i["decision"], i["taint"] or "-", i["drain_reason"] or "-",
+                      (done["error"] or done["result"]) if done else i["why"])
+    console.print(table)
+    if actions["held"]:
+        console.print(f"[red]held back by the rate limit[/red]: {actions['held']} node(s) with critical findings "
+                      f"not acted on (budget per pool {actions['budgets']}); see the table")
 
 
 @app.command("bench-gate")

@@ -64,8 +64,12 @@ def merge(current: list[Taint], ours: list[Taint], previous_ours: list[Taint]) -
     return out
 
 
-def reconcile(transport: Transport, node: str, ours: list[Taint]) -> bool:
-    """Make ``node`` carry ``ours``; True when it changed. Retries on 409 Conflict."""
+def reconcile(transport: Transport, node: str, ours: list[Taint], annotation: str = ANNOTATION) -> bool:
+    """Make ``node`` carry ``ours``; True when it changed. Retries on 409 Conflict.
+
+    ``annotation`` records which taints this writer owns: the pool's taints (this Job) and the health taints
+    (``gpufleet validate --apply``, :mod:`gpufleet.validation.actions`) use different ones, so neither writer
+    removes the other's taints."""
     path = f"/api/v1/nodes/{urllib.parse.quote(node)}"
     for _ in range(ATTEMPTS):
         status, obj = transport("GET", path, None, "")
@@ -73,13 +77,13 @@ def reconcile(transport: Transport, node: str, ours: list[Taint]) -> bool:
             raise RuntimeError(f"GET node {node}: HTTP {status}: {obj}")
         meta = obj.get("metadata") or {}
         current = (obj.get("spec") or {}).get("taints") or []
-        recorded = (meta.get("annotations") or {}).get(ANNOTATION)
+        recorded = (meta.get("annotations") or {}).get(annotation)
         previous = json.loads(recorded) if recorded else []
         taints = merge(current, ours, previous)
         if taints == current and previous == ours:
             return False
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"],
-                              "annotations": {ANNOTATION: json.dumps(ours, sort_keys=True)}},
+                              "annotations": {annotation: json.dumps(ours, sort_keys=True)}},
                  "spec": {"taints": taints}}
         status, obj = transport("PATCH", path, patch, "application/merge-patch+json")
         if status == 409:

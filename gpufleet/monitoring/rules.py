@@ -108,6 +108,17 @@ def render_rule_groups() -> dict[str, Any]:
               "remediate", "{{ $labels.component }} drifted from the lock on {{ $labels.host }}",
               "gpufleet drift found {{ $labels.component }} on {{ $labels.host }} differing from the "
               "version lock; run gpufleet remediate."),
+        # gpufleet validate --apply writes these (gpufleet.validation.actions.metrics_text, node-exporter textfile).
+        _rule("GpufleetHealthActionApplied",
+              'max by (host, pool, action) (gpufleet_health_actions{decision=~"apply|unchanged"}) > 0', "0m",
+              "warning", "monitor", "gpufleet acted on {{ $labels.host }}: {{ $labels.action }}",
+              "gpufleet validate --apply tainted/drained {{ $labels.host }} (pool {{ $labels.pool }}) for "
+              "{{ $labels.action }}; it is cleared after the healthy streak or with --apply --clear."),
+        # action "review": a person decides (fleet-wide cause, or raise --max-share); no single action fits.
+        _rule("GpufleetHealthActionsHeld", "max by (pool) (gpufleet_health_actions_held) > 0", "0m", "critical",
+              "review", "{{ $value }} unhealthy node(s) of pool {{ $labels.pool }} held back by the rate limit",
+              "gpufleet validate --apply found more unhealthy nodes in pool {{ $labels.pool }} than its rate "
+              "limit lets it act on; look for a fleet-wide cause before raising --max-share."),
     ]
     return {
         "groups": [

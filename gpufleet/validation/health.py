@@ -68,7 +68,9 @@ from gpufleet.parsers.smi_xml import GpuInfo, SmiReport, parse_smi_xml
 from gpufleet.spec import Taint
 from gpufleet.topology import Topology, parse_topo_m
 from gpufleet.validation import xid
+from gpufleet.validation.dcgm_diag import DiagReport, gpus_named, parse_dcgm_diag
 from gpufleet.validation.ibstat import IbstatReport, parse_ibstat, select_hcas
+from gpufleet.validation.smart import CRITICAL_WARNING_BITS, SmartReport, SmartThresholds, parse_smart
 from gpufleet.validation.xid import HEALTH_TAINT_KEY, Severity
 
 BUNDLE_SCHEMA = 1
@@ -181,6 +183,10 @@ class NodeData:
     fabricmanager_installed: bool = True
     #: ``nvidia-smi topo -m``; None when the bundle has none (collected before topology was).
     topo: CommandOutput | None = None
+    #: ``dcgmi diag -r N [-j]`` output; None when not run (level 1 in the quick checks, 3 only on request).
+    dcgm_diag: CommandOutput | None = None
+    #: Per NVMe device, ``smartctl --json`` or ``nvme smart-log -o json`` output (device name -> output).
+    nvme_smart: Mapping[str, CommandOutput] = field(default_factory=dict)
 
     @classmethod
     def from_bundle(cls, bundle: Mapping[str, Any]) -> NodeData:
@@ -204,6 +210,9 @@ class NodeData:
             kernel_log="\n".join(log.get("lines") or []),
             kernel_log_source=str(log.get("source") or ""),
             topo=CommandOutput.from_json(bundle.get("topo")),
+            dcgm_diag=CommandOutput.from_json(bundle.get("dcgm_diag")),
+            nvme_smart={str(dev): out for dev, raw in (bundle.get("nvme_smart") or {}).items()
+                        if (out := CommandOutput.from_json(raw)) is not None},
         )
 
 
@@ -555,6 +564,127 @@ def check_xids(log: str, smi: SmiReport | None) -> tuple[list[Finding], int]:
     return out, len(events)
 
 
+#: Deployment tests whose failure is configuration (re-converge fixes it), and the two that are the hardware's.
+DCGM_DEPLOYMENT_ACTIONS = {"Page Retirement/Row Remap": NodeAction.RESET_GPU, "Inforom": NodeAction.ISOLATE}
+#: DCGM's wording when CUDA cannot initialise; on NVSwitch boards the usual cause is fabric manager not running
+#: (the 3.3.8 level-3 capture in ../shared/fixtures/real/dcgm, nccl-tests issue #264).
+_CUINIT = re.compile(r"cuInit.*system not yet initialized", re.IGNORECASE | re.DOTALL)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def check_dcgm_diag(report: DiagReport) -> list[Finding]:
+    """Findings of a ``dcgmi diag`` run, named by NVIDIA's category and test (``dcgm-hardware-gpu-memory``).
+
+    Fail: critical. Deployment failures are configuration (remediate) except row remap/page retirement
+    (reset-gpu) and the inforom (isolate); Integration, Hardware, Stress, Performance and Custom failures are the
+    board's (isolate), unless CUDA failed to initialise with "system not yet initialized" (remediate: start
+    nvidia-fabricmanager, as the ``fabric-manager`` check says). Warn: warning/monitor. Skip and not-run: info,
+    so a level-3 run cut short by ``--fail-early`` says what was never tested.
+    """
+    out: list[Finding] = []
+    for r in report.results:
+        check = f"dcgm-{_slug(r.category)}-{_slug(r.test)}"
+        where = f"DCGM {report.dcgm_version or '?'} level {report.level or '?'} {r.category}/{r.test}"
+        if r.status == "fail":
+            if r.category == "Deployment":
+                action = DCGM_DEPLOYMENT_ACTIONS.get(r.test, NodeAction.REMEDIATE)
+            elif any(_CUINIT.search(w) for w in r.warnings):
+                action = NodeAction.REMEDIATE
+            else:
+                action = NodeAction.ISOLATE
+            for gpu in gpus_named(r):
+                detail = next((w for w in r.warnings if gpu is None or re.match(rf"GPU {gpu}\b", w)),
+                              r.warnings[0] if r.warnings else "")
+                hint = " (CUDA not initialised: on NVSwitch boards start nvidia-fabricmanager)" \
+                    if _CUINIT.search(detail) else ""
+                out.append(Finding(check, "critical", action,
+                                   f"{where}: Fail{'' if gpu is None else f' on GPU {gpu}'}{hint}"
+                                   + (f": {detail[:300]}" if detail else ""), gpu))
+        elif r.status == "warn":
+            out.append(Finding(check, "warning", NodeAction.MONITOR,
+                               f"{where}: Warn: {'; '.join(r.warnings)[:300] or 'no detail'}",
+                               r.gpus[0] if r.gpus and len(r.gpus) == 1 else None))
+        elif r.status in ("skip", "not-run") and not any(f.check == check for f in out):
+            out.append(Finding(check, "info", NodeAction.MONITOR, f"{where}: {r.status}, not tested"))
+    return out
+
+
+def check_dcgm_output(output: CommandOutput) -> list[Finding]:
+    """The bundle's ``dcgm_diag``: unreadable output is a warning (the diagnostic, not the GPU, failed)."""
+    try:
+        return check_dcgm_diag(parse_dcgm_diag(output.stdout))
+    except ParseError as e:
+        return [Finding("dcgm-diag", "warning", NodeAction.MONITOR,
+                        f"dcgmi diag (rc {output.rc}) output unreadable: {str(e).splitlines()[0]}")]
+
+
+#: Critical-warning bits that mean the drive must be replaced (isolate); the others are warnings (monitor).
+SMART_CRITICAL_BITS = (0, 2, 3, 4)
+SMART_DEFAULTS = SmartThresholds()
+
+
+def check_smart(report: SmartReport, device: str | None = None,
+                limits: SmartThresholds = SMART_DEFAULTS) -> list[Finding]:
+    """Findings of one NVMe drive's SMART log (check names ``ssd-*``; the node's local scratch/cache).
+
+    critical/isolate: critical-warning bit 0 (spare below threshold), 2 (reliability degraded), 3 (read-only),
+    4 (volatile memory backup failed); available spare below the drive's threshold; smartctl's self-assessment
+    FAILED. warning/monitor: bits 1 (temperature) and 5 (PMR read-only); spare within ``spare_margin_pct`` of the
+    threshold; ``percent_used`` at ``percent_used_warning``; media errors > 0 (unrecovered data integrity errors:
+    smartctl still says PASSED for the 970 EVO capture with 7 of them, so not critical, but a cache on that drive
+    may hand back corrupt data). info: ``percent_used`` at ``percent_used_info``.
+    """
+    dev = device or report.device or "nvme"
+    out: list[Finding] = []
+
+    def add(check: str, severity: Severity, action: NodeAction, message: str) -> None:
+        out.append(Finding(check, severity, action, f"{dev}"
+                           f"{f' ({report.model})' if report.model else ''}: {message}"))
+
+    for bit, name in CRITICAL_WARNING_BITS.items():
+        if not report.critical_warning & (1 << bit):
+            continue
+        crit = bit in SMART_CRITICAL_BITS
+        add(f"ssd-critical-warning-{bit}", "critical" if crit else "warning",
+            NodeAction.ISOLATE if crit else NodeAction.MONITOR,
+            f"critical warning bit {bit}: {name} (critical_warning=0x{report.critical_warning:02x})")
+    spare, thresh = report.available_spare_pct, report.spare_threshold_pct
+    if spare < thresh:
+        add("ssd-spare", "critical", NodeAction.ISOLATE, f"available spare {spare}% below the threshold {thresh}%")
+    elif spare <= thresh + limits.spare_margin_pct and thresh > 0:
+        add("ssd-spare", "warning", NodeAction.MONITOR,
+            f"available spare {spare}% within {limits.spare_margin_pct} points of the threshold {thresh}%")
+    if report.smart_passed is False:
+        add("ssd-smart-status", "critical", NodeAction.ISOLATE, "smartctl's SMART self-assessment: FAILED")
+    used = report.percentage_used
+    if used >= limits.percent_used_warning:
+        add("ssd-wear", "warning", NodeAction.MONITOR,
+            f"{used}% of the rated endurance used (>= {limits.percent_used_warning}%): replace the drive")
+    elif used >= limits.percent_used_info:
+        add("ssd-wear", "info", NodeAction.MONITOR, f"{used}% of the rated endurance used: plan a replacement")
+    if report.media_errors > 0:
+        add("ssd-media-errors", "warning", NodeAction.MONITOR,
+            f"{report.media_errors} media and data integrity errors"
+            + (f", {report.error_log_entries} error log entries" if report.error_log_entries else ""))
+    return out
+
+
+def check_smart_outputs(outputs: Mapping[str, CommandOutput], limits: SmartThresholds = SMART_DEFAULTS
+                        ) -> list[Finding]:
+    """The bundle's ``nvme_smart``: unreadable output is a warning naming the device."""
+    out: list[Finding] = []
+    for dev, output in sorted(outputs.items()):
+        try:
+            out.extend(check_smart(parse_smart(output.stdout), dev, limits))
+        except ParseError as e:
+            out.append(Finding("ssd-smart", "warning", NodeAction.MONITOR,
+                               f"{dev}: SMART output (rc {output.rc}) unreadable: {str(e).splitlines()[0]}"))
+    return out
+
+
 def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     """Every check over one node's raw data."""
     health = NodeHealth(data.host, data.pool, loaded_module=data.module_version)
@@ -586,6 +716,9 @@ def evaluate_node(data: NodeData, exp: Expectations) -> NodeHealth:
     health.findings.extend(check_fabric_manager(data, exp))
     health.findings.extend(check_rdma(data, exp))
     health.findings.extend(check_topology(data, smi, exp))
+    if data.dcgm_diag is not None:
+        health.findings.extend(check_dcgm_output(data.dcgm_diag))
+    health.findings.extend(check_smart_outputs(data.nvme_smart))
     xid_findings, n_events = check_xids(data.kernel_log, smi)
     health.findings.extend(xid_findings)
     health.xid_events = n_events
