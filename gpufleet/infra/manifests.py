@@ -50,6 +50,8 @@ PLATFORM_LEVELS: dict[str, str] = {
     charts.MONITORING_NAMESPACE: "privileged",
     # The CSI node plugin is privileged with Bidirectional mount propagation.
     charts.LUSTRE_NAMESPACE: "privileged",
+    # Kueue's controller runs as non-root with RuntimeDefault seccomp and no capabilities (its chart defaults).
+    charts.KUEUE_NAMESPACE: "restricted",
 }
 
 
@@ -80,6 +82,8 @@ def platform_namespaces(spec: ClusterSpec) -> list[dict[str, Any]]:
         out.append(namespace(charts.MONITORING_NAMESPACE, PLATFORM_LEVELS[charts.MONITORING_NAMESPACE]))
     if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools):
         out.append(namespace(charts.NETWORK_OPERATOR_NAMESPACE, PLATFORM_LEVELS[charts.NETWORK_OPERATOR_NAMESPACE]))
+    if spec.gpu_pools:
+        out.append(namespace(charts.KUEUE_NAMESPACE, PLATFORM_LEVELS[charts.KUEUE_NAMESPACE]))
     out.append(namespace(charts.GPUFLEET_NAMESPACE, gpufleet_namespace_level(spec)))
     level, enforce = spec.pod_security.level, spec.pod_security.enforce
     out += [namespace(ns, level, enforce=enforce) for ns in spec.workload_namespaces]
@@ -222,7 +226,7 @@ def node_patch(pool: NodePool, host: Host, *, operator_components: bool = False,
                drift_metrics: bool = False) -> dict[str, Any]:
     """Labels an existing node gets, by server-side apply (labels are a granular map: other managers'
     labels stay). Never taints: ``spec.taints`` is an atomic list, see :func:`taint_job`."""
-    labels = node_labels(pool, operator_components=operator_components)
+    labels = node_labels(pool, operator_components=operator_components, host=host)
     if drift_metrics:
         labels[DRIFT_METRICS_LABEL] = "true"
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": host.name, "labels": labels}}
