@@ -48,8 +48,8 @@ def _get(props: Mapping[str, Any], *path: str) -> Any:
     return cur
 
 
-def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
-    """The gpufleet role label of a node or node pool resource, None when it is not one of ours."""
+def node_labels(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The node labels a node or node pool resource declares (empty when it is not one)."""
     labels: Any = None
     if resource_type == NODE_PATCH:
         labels = _get(props, "metadata", "labels")
@@ -61,10 +61,13 @@ def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
         labels = props.get("nodeLabels")
     elif resource_type in (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE):
         labels = props.get("tags")
-    if isinstance(labels, Mapping):
-        role = labels.get(ROLE_LABEL)
-        return str(role) if role is not None else None
-    return None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
+    """The gpufleet role label of a node or node pool resource, None when it is not one of ours."""
+    role = node_labels(resource_type, props).get(ROLE_LABEL)
+    return str(role) if role is not None else None
 
 
 def _has_gpu_taint(resource_type: str, props: Mapping[str, Any]) -> bool:
@@ -249,6 +252,31 @@ def _inside(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip("/") + "/")
 
 
+RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
+LOCAL_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+#: Every workload namespace gets this NetworkPolicy (gpufleet.infra.manifests.network_policies): how the pack
+#: tells a workload namespace from the platform's own.
+WORKLOAD_DEFAULT_DENY = "default-deny"
+
+
+def gpu_pools_queued(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Kueue admits GPU jobs (docs/scheduling.md): every GPU pool has a ResourceFlavor selecting its nodes and
+    every workload namespace a LocalQueue; otherwise jobs there are never admitted or land anywhere."""
+    items = list(resources)
+    pools = {str(node_labels(t, p).get(POOL_LABEL)) for t, p in items
+             if pool_role(t, p) == "gpu" and node_labels(t, p).get(POOL_LABEL) is not None}
+    flavored = {(_get(p, "spec", "nodeLabels") or {}).get(POOL_LABEL) for t, p in items if t == RESOURCE_FLAVOR}
+    out = [f"GPU pool {pool} has no Kueue ResourceFlavor (spec.nodeLabels {POOL_LABEL}={pool}): its GPUs are "
+           "outside every queue's quota" for pool in sorted(pools - flavored)]
+    workload = {_get(p, "metadata", "namespace") for t, p in items
+                if t == NETWORK_POLICY and _get(p, "metadata", "name") == WORKLOAD_DEFAULT_DENY}
+    queued = {_get(p, "metadata", "namespace") for t, p in items if t == LOCAL_QUEUE}
+    out += [f"workload namespace {ns} has no Kueue LocalQueue: its jobs cannot be admitted"
+            for ns in sorted(n for n in workload - queued if n)]
+    return out
+
+
 ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
 StackCheck = Callable[[Iterable[tuple[str, Mapping[str, Any]]]], list[str]]
 
@@ -265,6 +293,8 @@ STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
     "system-pool-exists": ("a system pool exists when GPU pools do", system_pool_exists),
     "gpu-nodes-tainted": ("existing GPU nodes get nvidia.com/gpu=present:NoSchedule", gpu_nodes_tainted),
     "datasets-checkpoints-distinct": ("dataset and checkpoint volumes are distinct", volumes_distinct),
+    "gpu-pools-queued": ("every GPU pool has a Kueue flavor and every workload namespace a LocalQueue",
+                         gpu_pools_queued),
 }
 
 

@@ -119,6 +119,8 @@ def test_every_namespace_carries_a_pod_security_level(onprem: OfflinePlan) -> No
         "monitoring": ("privileged", "privileged"),
         "nvidia-network-operator": ("privileged", "privileged"),
         "lustre-csi-system": ("privileged", "privileged"),
+        # Kueue's controller meets restricted (non-root, RuntimeDefault seccomp, no capabilities)
+        "kueue-system": ("restricted", "restricted"),
         # hostPath for the drift textfile: baseline would refuse the CronJob's pods
         "gpufleet": ("privileged", "privileged"),
         # workloads: restricted, warn (and audit) only unless the stack enforces it

@@ -168,3 +168,40 @@ def test_kueue_stays_off_gpu_nodes_and_flavors_tolerate_every_pool_taint(spec: C
     for pool in spec.gpu_pools:
         tolerations = kueue.resource_flavor(pool)["spec"]["tolerations"]
         assert all(toleration(t) in tolerations for t in node_taints(pool))
+
+
+def test_nccl_tests_jobs_carry_queue_and_topology(tmp_path: Path) -> None:
+    """The pair job (MPIJob) is admitted whole from the LocalQueue and its workers kept under one leaf switch."""
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.validate import app
+
+    r = CliRunner().invoke(app, ["bench-render", "--stack", "onprem-h100", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    pair = _yaml(tmp_path / "kubernetes" / "nccl-pair-gpu-a-0-gpu-a-1.yaml")
+    assert pair["kind"] == "MPIJob"
+    assert pair["metadata"]["labels"][kueue.QUEUE_LABEL] == kueue.LOCAL_QUEUE
+    assert pair["metadata"]["labels"][kueue.PRIORITY_LABEL] == "gpufleet-training"
+    worker = pair["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]
+    assert worker["annotations"] == {kueue.PREFERRED_TOPOLOGY: "gpufleet.io/switch"}
+    single = _yaml(tmp_path / "kubernetes" / "nccl-single-gpu-a-0.yaml")
+    assert single["metadata"]["labels"][kueue.QUEUE_LABEL] == kueue.LOCAL_QUEUE
+    assert single["spec"]["template"]["metadata"]["annotations"] == {kueue.PREFERRED_TOPOLOGY: "gpufleet.io/switch"}
+
+
+def test_plan_shows_queues_flavors_quotas_and_levels_per_pool() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.plan import app
+
+    r = CliRunner().invoke(app, ["--stack", "onprem-h100", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {row["pool"]: row for row in json.loads(r.output)["scheduling"]}
+    assert sorted(rows) == ["h100-a", "h100-b"]
+    assert rows["h100-b"] == {
+        "pool": "h100-b", "flavor": "h100-b", "cluster_queue": "onprem-h100", "local_queues": ["training/gpu"],
+        "quota": {"nvidia.com/gpu": 16, "cpu": 448, "memory": "3800Gi"},
+        "topology_levels": ["gpufleet.io/block", "gpufleet.io/rack", "gpufleet.io/switch", "kubernetes.io/hostname"],
+        "placement": {"level": "gpufleet.io/switch", "mode": "preferred"}}

@@ -67,6 +67,10 @@ def apply(obj: dict[str, Any], opts: pulumi.ResourceOptions, *, patch: bool = Fa
         res: pulumi.CustomResource = cls(name + ("-patch" if patch and kind == "Namespace" else ""), **fields,
                                          opts=opts)
         return res
+    if set(fields) - {"metadata", "spec"}:
+        # Custom resources with top-level fields besides spec (Kueue's WorkloadPriorityClass: value,
+        # description), which apiextensions.CustomResource does not take: registered with the same type token.
+        return pulumi.CustomResource(f"kubernetes:{obj['apiVersion']}:{kind}", name, dict(obj), opts)
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind, **fields, opts=opts)
 
 
