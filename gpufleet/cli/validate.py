@@ -191,8 +191,8 @@ def bench_render(
     import yaml
 
     from gpufleet.catalog import get_gpu
-    from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.infra import kueue
+    from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.lock import load_lock
     from gpufleet.validation.bench import (
         BenchSettings,
@@ -225,9 +225,8 @@ def bench_render(
             image=image, namespace=spec.workload_namespaces[0], env=env,
             tolerations=tuple(toleration(t) for t in node_taints(pool)),
             # Kubernetes clusters run Kueue (not the sandbox): admitted whole, kept under one leaf where known.
-            **({} if spec.backend == "local" else {
-                "job_labels": kueue.job_labels("gpufleet-training"),
-                "pod_annotations": kueue.podset_annotations(spec, pool)}))
+            job_labels={} if spec.backend == "local" else kueue.job_labels("gpufleet-training"),
+            pod_annotations={} if spec.backend == "local" else kueue.podset_annotations(spec, pool))
         for job in plan_jobs(hosts):
             script = render_sbatch(job, settings)
             scripts[job.name] = script
