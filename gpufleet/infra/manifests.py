@@ -15,6 +15,7 @@ from gpufleet.infra import charts
 from gpufleet.infra.scheduling import (
     CONTROL_PLANE_TOLERATION,
     POOL_LABEL,
+    ROLE_LABEL,
     SYSTEM_NODE_SELECTOR,
     gpu_node_tolerations,
     node_labels,
@@ -216,10 +217,12 @@ def _lustre_csi(kind: str, read_only: bool, handle: Any, driver: str | None,
 
 
 def lustre_node_tolerations_patch(spec: ClusterSpec) -> dict[str, Any]:
-    """The Lustre CSI node DaemonSet must run on GPU nodes too; its chart has no tolerations value."""
+    """Lustre is mounted by GPU workloads (datasets, checkpoints), nothing of the platform mounts it: the CSI
+    node DaemonSet runs on GPU nodes only, tolerating exactly their taints (its chart has neither value)."""
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "lustre-csi-node", "namespace": charts.LUSTRE_NAMESPACE},
-            "spec": {"template": {"spec": {"tolerations": gpu_node_tolerations(spec.gpu_pools)}}}}
+            "spec": {"template": {"spec": {"nodeSelector": {ROLE_LABEL: "gpu"},
+                                           "tolerations": gpu_node_tolerations(spec.gpu_pools)}}}}
 
 
 def node_patch(pool: NodePool, host: Host, *, operator_components: bool = False,
