@@ -204,6 +204,22 @@ class Taint(_Strict):
         "NoSchedule", **_doc("Taint effect.", "NoSchedule"))
 
 
+class NetworkPlace(_Strict):
+    """Where a host sits in the data-centre network, outermost first: gpufleet labels its node with
+    gpufleet.io/block, gpufleet.io/rack and gpufleet.io/switch, and Kueue's Topology uses them as levels."""
+
+    block: LabelValue | None = Field(None, **_doc("Network block (spine group / NVLink domain group).", "b1"))
+    rack: LabelValue | None = Field(None, **_doc("Rack.", "r07"))
+    switch: LabelValue | None = Field(None, **_doc("Leaf switch the host's GPU NICs attach to.", "leaf-07a"))
+
+
+class NodeResources(_Strict):
+    """What one node of a pool offers besides GPUs (Kueue's CPU and memory quotas are pool size times this)."""
+
+    cpu: int = Field(gt=0, **_doc("Allocatable CPUs of one node.", 192))
+    memory_gib: int = Field(gt=0, **_doc("Allocatable memory of one node (GiB).", 1800))
+
+
 class Host(_Strict):
     """A static host of a pool (existing/on-prem backend, and the sandbox)."""
 
@@ -215,6 +231,9 @@ class Host(_Strict):
     connection: Literal["ssh", "docker"] = Field(
         "ssh", **_doc("How Ansible reaches the host: ssh (real hosts) or docker (sandbox containers).", "ssh"))
     user: UserName | None = Field(None, **_doc("Login user for SSH (sudo for root work).", "ubuntu"))
+    place: NetworkPlace | None = Field(None, **_doc(
+        "The host's block/rack/leaf switch (overrides the pool's place; node labels for Kueue's topology).",
+        {"rack": "r07", "switch": "leaf-07a"}))
 
     @model_validator(mode="after")
     def _check_address(self) -> Host:
@@ -321,6 +340,11 @@ class NodePool(_Strict):
     capacity: Capacity = Field(default_factory=Capacity, **_doc(
         "Cloud pools: on-demand, an On-Demand Capacity Reservation or a Capacity Block.",
         {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}))
+    place: NetworkPlace | None = Field(None, **_doc(
+        "Block/rack/leaf switch of every host of the pool (a host's own place overrides it).", {"block": "b1"}))
+    node_resources: NodeResources | None = Field(None, **_doc(
+        "GPU pools without a cloud instance type: allocatable CPU and memory of one node (Kueue quotas).",
+        {"cpu": 192, "memory_gib": 1800}))
 
     @model_validator(mode="after")
     def _check(self) -> NodePool:
@@ -630,6 +654,22 @@ class Gcp(_Strict):
 CLOUD_BACKENDS = ("aws", "gcp", "azure")
 
 
+class Scheduling(_Strict):
+    """Kueue admission and placement of GPU jobs (docs/scheduling.md)."""
+
+    cohort: DnsLabel | None = Field(None, **_doc(
+        "Kueue cohort of the stack's ClusterQueue: queues of one cohort borrow each other's unused quota.",
+        "research"))
+    topology_level: Literal["block", "rack", "switch", "host"] | None = Field(None, **_doc(
+        "Level a job's pods are kept under (default: the innermost level above the host the pool has).",
+        "switch"))
+    topology_mode: Literal["required", "preferred"] = Field("preferred", **_doc(
+        "required: a job waits until it fits under one such domain; preferred: Kueue tries, then widens.",
+        "required"))
+    pods_ready_timeout_s: int = Field(300, ge=30, **_doc(
+        "waitForPodsReady: seconds a job's pods have to all start before Kueue evicts and requeues it.", 600))
+
+
 class ClusterSpec(_Strict):
     """Everything a stack says about its cluster."""
 
@@ -653,6 +693,8 @@ class ClusterSpec(_Strict):
         {"mode": "kube-prometheus-stack"}))
     pod_security: PodSecurity = Field(default_factory=PodSecurity, **_doc(
         "Pod Security Standard of the workload namespaces.", {"level": "restricted", "enforce": False}))
+    scheduling: Scheduling = Field(default_factory=Scheduling, **_doc(
+        "Kueue queues and topology-aware placement of GPU jobs.", {"topology_level": "switch"}))
     drift: Drift | None = Field(None, **_doc("The in-cluster drift check (deployed when set).",
                                              {"image": "registry.example.com/gpufleet:1.0.0"}))
     aws: Aws | None = Field(None, **_doc("Settings of the aws backend (required with backend aws).",
@@ -706,6 +748,7 @@ _FIELDS = {
     "monitoring": "monitoring",
     "podSecurity": "pod_security",
     "drift": "drift",
+    "scheduling": "scheduling",
     "aws": "aws",
     "azure": "azure",
     "gcp": "gcp",

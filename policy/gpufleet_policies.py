@@ -55,8 +55,8 @@ def _get(props: Mapping[str, Any], *path: str) -> Any:
     return cur
 
 
-def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
-    """The gpufleet role label of a node or node pool resource, None when it is not one of ours."""
+def node_labels(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The node labels a node or node pool resource declares (empty when it is not one)."""
     labels: Any = None
     if resource_type == NODE_PATCH:
         labels = _get(props, "metadata", "labels")
@@ -68,10 +68,13 @@ def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
         labels = props.get("nodeLabels")
     elif resource_type in (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE):
         labels = props.get("tags")
-    if isinstance(labels, Mapping):
-        role = labels.get(ROLE_LABEL)
-        return str(role) if role is not None else None
-    return None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def pool_role(resource_type: str, props: Mapping[str, Any]) -> str | None:
+    """The gpufleet role label of a node or node pool resource, None when it is not one of ours."""
+    role = node_labels(resource_type, props).get(ROLE_LABEL)
+    return str(role) if role is not None else None
 
 
 def _has_gpu_taint(resource_type: str, props: Mapping[str, Any]) -> bool:
@@ -388,6 +391,31 @@ def lustre_fsnames_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) 
     return []
 
 
+RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
+LOCAL_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+#: Every workload namespace gets this NetworkPolicy (gpufleet.infra.manifests.network_policies): how the pack
+#: tells a workload namespace from the platform's own.
+WORKLOAD_DEFAULT_DENY = "default-deny"
+
+
+def gpu_pools_queued(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Kueue admits GPU jobs (docs/scheduling.md): every GPU pool has a ResourceFlavor selecting its nodes and
+    every workload namespace a LocalQueue; otherwise jobs there are never admitted or land anywhere."""
+    items = list(resources)
+    pools = {str(node_labels(t, p).get(POOL_LABEL)) for t, p in items
+             if pool_role(t, p) == "gpu" and node_labels(t, p).get(POOL_LABEL) is not None}
+    flavored = {(_get(p, "spec", "nodeLabels") or {}).get(POOL_LABEL) for t, p in items if t == RESOURCE_FLAVOR}
+    out = [f"GPU pool {pool} has no Kueue ResourceFlavor (spec.nodeLabels {POOL_LABEL}={pool}): its GPUs are "
+           "outside every queue's quota" for pool in sorted(pools - flavored)]
+    workload = {_get(p, "metadata", "namespace") for t, p in items
+                if t == NETWORK_POLICY and _get(p, "metadata", "name") == WORKLOAD_DEFAULT_DENY}
+    queued = {_get(p, "metadata", "namespace") for t, p in items if t == LOCAL_QUEUE}
+    out += [f"workload namespace {ns} has no Kueue LocalQueue: its jobs cannot be admitted"
+            for ns in sorted(n for n in workload - queued if n)]
+    return out
+
+
 ResourceCheck = Callable[[str, Mapping[str, Any]], list[str]]
 StackCheck = Callable[[Iterable[tuple[str, Mapping[str, Any]]]], list[str]]
 
@@ -419,6 +447,10 @@ STACK_POLICIES: dict[str, tuple[str, StackCheck]] = {
     "gcp-gpu-vpcs-jumbo-mtu": ("GKE GPU VPCs run at GPUDirect's MTU", gcp_gpu_vpcs_jumbo_mtu),
     "lustre-fsnames-distinct": ("Managed Lustre instances have distinct filesystem names",
                                 lustre_fsnames_distinct),
+
+
+    "gpu-pools-queued": ("every GPU pool has a Kueue flavor and every workload namespace a LocalQueue",
+                         gpu_pools_queued),
 }
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gpufleet import REPO_ROOT
 from gpufleet.catalog.charts import CHARTS, IMAGES
-from gpufleet.infra import manifests, values
+from gpufleet.infra import kueue, manifests, values
 from gpufleet.infra.offline import OfflinePlan, PlannedResource, evaluate
 from gpufleet.infra.scheduling import gpu_node_tolerations, node_taints
 from gpufleet.infra.upstream_check import crd_errors, unknown_value_keys
@@ -119,6 +119,8 @@ def test_every_namespace_carries_a_pod_security_level(onprem: OfflinePlan) -> No
         "monitoring": ("privileged", "privileged"),
         "nvidia-network-operator": ("privileged", "privileged"),
         "lustre-csi-system": ("privileged", "privileged"),
+        # Kueue's controller meets restricted (non-root, RuntimeDefault seccomp, no capabilities)
+        "kueue-system": ("restricted", "restricted"),
         # hostPath for the drift textfile: baseline would refuse the CronJob's pods
         "gpufleet": ("privileged", "privileged"),
         # workloads: restricted, warn (and audit) only unless the stack enforces it
@@ -347,6 +349,18 @@ def test_every_gpu_daemonset_tolerates_every_gpu_pool_taint(spec: ClusterSpec) -
     for driver in values.nvidia_drivers(spec, lock):
         pool = next(p for p in spec.gpu_pools if p.name == driver["spec"]["nodeSelector"]["gpufleet.io/pool"])
         assert all(_tolerates(driver["spec"]["tolerations"], t) for t in node_taints(pool))
+    # Kueue (issue 30): the controller stays off GPU nodes; each pool's flavor tolerates that pool's taints
+    # (Kueue injects them into the pods it admits there).
+    manager = kueue.kueue_values(spec, lock)["controllerManager"]
+    assert manager["nodeSelector"] == {"gpufleet.io/role": "system"}
+    assert not any(_tolerates(manager["tolerations"], t) for p in spec.gpu_pools for t in node_taints(p))
+    for pool in spec.gpu_pools:
+        flavor = kueue.resource_flavor(pool)["spec"]
+        assert flavor["nodeLabels"] == {"gpufleet.io/pool": pool.name}
+        assert all(_tolerates(flavor["tolerations"], t) for t in node_taints(pool))
+    # Lustre is mounted by GPU workloads: the CSI node plugin runs on GPU nodes only, tolerating their taints.
+    lustre = manifests.lustre_node_tolerations_patch(spec)["spec"]["template"]["spec"]
+    assert lustre["nodeSelector"] == {"gpufleet.io/role": "gpu"}
 
 
 def test_the_property_fails_when_a_taint_is_missed() -> None:

@@ -47,7 +47,15 @@ def test_onprem_resource_counts(onprem: OfflinePlan) -> None:
         "gpufleet:platform:NetworkOperator": 1,
         "gpufleet:platform:LustreStorage": 1,
         "gpufleet:platform:Monitoring": 1,
-        "kubernetes:core/v1:Namespace": 5,
+        "gpufleet:platform:Kueue": 1,
+        # Kueue (issue 30): one Topology and one flavor per GPU pool, two priorities, one ClusterQueue,
+        # a LocalQueue per workload namespace
+        "kubernetes:kueue.x-k8s.io/v1beta2:Topology": 2,
+        "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor": 2,
+        "kubernetes:kueue.x-k8s.io/v1beta2:WorkloadPriorityClass": 2,
+        "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue": 1,
+        "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue": 1,
+        "kubernetes:core/v1:Namespace": 6,
         "kubernetes:core/v1:NamespacePatch": 1,
         NODE_PATCH: 7,
         "kubernetes:batch/v1:Job": 3,
@@ -58,7 +66,7 @@ def test_onprem_resource_counts(onprem: OfflinePlan) -> None:
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 2,
         "kubernetes:networking.k8s.io/v1:NetworkPolicy": 4,
         "kubernetes:core/v1:ConfigMap": 3,
-        RELEASE: 4,
+        RELEASE: 5,
         "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy": 1,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1,
         "kubernetes:core/v1:PersistentVolume": 2,
@@ -84,6 +92,8 @@ def test_node_patches_carry_labels_and_never_taints(onprem: OfflinePlan) -> None
     assert patches["node-gpu-b-1"]["metadata"]["labels"] == {
         "gpufleet.io/role": "gpu",
         "gpufleet.io/pool": "h100-b",
+        # the stack's place of the pool: Kueue's topology levels
+        "gpufleet.io/block": "b1", "gpufleet.io/rack": "r02", "gpufleet.io/switch": "leaf-02",
     }
     assert patches["node-sys-0"]["metadata"]["labels"]["gpufleet.io/role"] == "system"
     jobs = {r.inputs["metadata"]["labels"]["gpufleet.io/pool"]: r for r in onprem.of_type("kubernetes:batch/v1:Job")}

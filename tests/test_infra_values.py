@@ -204,7 +204,8 @@ def test_node_patch_sets_labels_never_taints(onprem: tuple[ClusterSpec, Lock]) -
     gpu = manifests.node_patch(gpu_pool, gpu_pool.hosts[0])
     assert gpu == {"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": "gpu-a-0",
-        "labels": {"gpufleet.io/role": "gpu", "gpufleet.io/pool": "h100-a"},
+        "labels": {"gpufleet.io/block": "b1", "gpufleet.io/rack": "r01", "gpufleet.io/switch": "leaf-01",
+                   "gpufleet.io/role": "gpu", "gpufleet.io/pool": "h100-a"},
     }}
     assert "spec" not in manifests.node_patch(sys_pool, sys_pool.hosts[0])
     # The taint reaches the GPU pool's nodes through the read-modify-write Job instead.
@@ -234,7 +235,8 @@ def _all_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 def test_manifests_validate_with_kubernetes_schemas(onprem: tuple[ClusterSpec, Lock]) -> None:
     objs = _all_manifests(onprem[0])
-    assert len(objs) == 5 + 2 + 4 + 4 + 1 + 1 + 4 + 7 + 3
+    # 6 namespaces: kueue-system since issue 30
+    assert len(objs) == 6 + 2 + 4 + 4 + 1 + 1 + 4 + 7 + 3
     for obj in objs:
         kubernetes_validate.validate(obj, manifests.K8S_SCHEMA_VERSION, strict=True)
     bad = copy.deepcopy(objs[-1])

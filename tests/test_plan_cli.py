@@ -30,7 +30,8 @@ def test_plan_json_onprem() -> None:
     assert node["parent"] == "separation"
     assert node["key_inputs"] == {
         "node": "gpu-a-1",
-        "labels": {"gpufleet.io/pool": "h100-a", "gpufleet.io/role": "gpu"},
+        "labels": {"gpufleet.io/block": "b1", "gpufleet.io/pool": "h100-a", "gpufleet.io/rack": "r01",
+                   "gpufleet.io/role": "gpu", "gpufleet.io/switch": "leaf-01"},
     }
     job = next(x for x in data["resources"] if x["type"] == "kubernetes:batch/v1:Job"
                and x["key_inputs"]["selector"] == "gpufleet.io/pool=h100-a")

@@ -149,5 +149,21 @@ def test_policies_construct_without_a_server() -> None:
         "datasets-checkpoints-distinct",
         "gcp-gpu-vpcs-jumbo-mtu",
         "lustre-fsnames-distinct",
+        "gpu-pools-queued",
     ]
     assert all(p.enforcement_level.value == "mandatory" for p in pols)
+
+
+def test_gpu_pool_without_flavor_and_namespace_without_local_queue_fail_the_pack() -> None:
+    """Issue 30: the onprem plan passes; without its Kueue flavors and LocalQueue it does not."""
+    spec = load_spec("onprem-h100")
+    plan = evaluate(spec, resolve_lock(spec))
+    resources = [(r.type, r.inputs) for r in plan.resources]
+    assert gp.gpu_pools_queued(resources) == []
+    stripped = [(t, p) for t, p in resources if t not in (gp.RESOURCE_FLAVOR, gp.LOCAL_QUEUE)]
+    assert gp.violations(stripped) == {"gpu-pools-queued": [
+        "GPU pool h100-a has no Kueue ResourceFlavor (spec.nodeLabels gpufleet.io/pool=h100-a): its GPUs are "
+        "outside every queue's quota",
+        "GPU pool h100-b has no Kueue ResourceFlavor (spec.nodeLabels gpufleet.io/pool=h100-b): its GPUs are "
+        "outside every queue's quota",
+        "workload namespace training has no Kueue LocalQueue: its jobs cannot be admitted"]}

@@ -22,8 +22,9 @@ class _Frozen(BaseModel):
 class ChartVersion(_Frozen):
     #: Public record of this version: its release page (or the folder it is published from).
     source: str = Field(pattern=r"^https://\S+$")
-    #: The chart repository's index.yaml that lists this version (``helm repo add`` reads it).
-    index: str = Field(pattern=r"^https://\S+/index\.yaml$")
+    #: The chart repository's index.yaml that lists this version (``helm repo add`` reads it); None for an OCI
+    #: registry, which has no index (``helm pull oci://...`` resolves the tag itself).
+    index: str | None = Field(default=None, pattern=r"^https://\S+/index\.yaml$")
     #: sha256 of the chart archive as the index lists it, where it was read.
     digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     #: Folder of ../shared/upstream/ with this version's values.yaml / CRDs (None: no upstream copy).
@@ -32,13 +33,27 @@ class ChartVersion(_Frozen):
 
 class ChartEntry(_Frozen):
     name: str
-    repo: str = Field(pattern=r"^https://")
+    #: An HTTPS chart repository (with an index.yaml) or an OCI registry path (``oci://``; the chart's own name
+    #: is the last path element, as ``helm install NAME oci://REGISTRY/PATH/CHART`` takes it).
+    repo: str = Field(pattern=r"^(https|oci)://")
     namespace: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
     #: Lock entry (gpufleet.lock.VERSION_KEYS) holding the version a stack installs.
     lock_entry: str
     #: Version used when the profile sets none (charts the profiles do not list).
     default: str | None = None
     versions: dict[str, ChartVersion]
+
+    @property
+    def oci(self) -> bool:
+        return self.repo.startswith("oci://")
+
+    @model_validator(mode="after")
+    def _index_matches_repo(self) -> ChartEntry:
+        for version, entry in self.versions.items():
+            if (entry.index is None) != self.oci:
+                kind = "an OCI registry has no index.yaml" if self.oci else "an HTTPS repository lists it in index.yaml"
+                raise ValueError(f"chart {self.name} {version}: index must match its repository ({kind})")
+        return self
 
     @model_validator(mode="after")
     def _default_known(self) -> ChartEntry:

@@ -24,6 +24,9 @@ class InstanceType(_Frozen):
     #: GPU model key of gpus.yaml; None for CPU machine types.
     gpu: str | None
     gpus: int = Field(ge=0)
+    #: vCPUs and memory of one machine (the type's source page); Kueue's CPU/memory quotas are built from them.
+    vcpus: int | None = Field(None, gt=0)
+    memory_gib: int | None = Field(None, gt=0)
     #: Every EFA interface the type supports (the launch template attaches all of them).
     efa_interfaces: int = Field(ge=0)
     source: str = Field(pattern=r"^https://\S+$")
@@ -73,6 +76,9 @@ class AzureVmSize(_Frozen):
     name: str
     gpu: str | None
     gpus: int = Field(ge=0)
+    #: vCPUs and memory of one machine (the type's source page); Kueue's CPU/memory quotas are built from them.
+    vcpus: int | None = Field(None, gt=0)
+    memory_gib: int | None = Field(None, gt=0)
     #: InfiniBand HCAs of one VM (one per GPU on ND sizes) and the rate of each.
     infiniband_hcas: int = Field(ge=0)
     infiniband_gbps: int = Field(ge=0)
@@ -138,6 +144,9 @@ class GcpMachineType(_Frozen):
     accelerator: str | None = None
     gpu: str | None
     gpus: int = Field(ge=0)
+    #: vCPUs and memory of one machine (the type's source page); Kueue's CPU/memory quotas are built from them.
+    vcpus: int | None = Field(None, gt=0)
+    memory_gib: int | None = Field(None, gt=0)
     #: Google's GPUDirect flavour of the type (a key of ``GcpCatalog.gpudirect``); none for CPU types.
     gpudirect: Literal["tcpx", "tcpxo", "rdma", "none"]
     #: NICs that carry GPU-to-GPU traffic, beyond the primary gVNIC: TCPX/TCPXO one VPC each, RDMA one

@@ -67,6 +67,7 @@ def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str],
     return {
         "cloud": cloud_summary(spec, lock),
         "monitoring": monitoring_summary(spec, plan),
+        "scheduling": scheduling_summary(spec, plan),
         "note": DISCLAIMER,
         "stack": spec.stack,
         "backend": spec.backend,
@@ -78,6 +79,15 @@ def plan_data(spec: ClusterSpec, plan: OfflinePlan, inventory: dict[str, str],
         "inventory": inventory,
         "warnings": plan.warnings,
     }
+
+
+def scheduling_summary(spec: ClusterSpec, plan: OfflinePlan) -> list[dict[str, Any]]:
+    """Per GPU pool: Kueue flavor, queues, quotas, topology levels and placement (empty: no Kueue declared)."""
+    from gpufleet.infra.kueue import plan_rows
+
+    if not plan.of_type("gpufleet:platform:Kueue"):
+        return []
+    return plan_rows(spec)
 
 
 def monitoring_summary(spec: ClusterSpec, plan: OfflinePlan) -> dict[str, Any]:
@@ -165,6 +175,9 @@ def _print(console: Console, data: dict[str, Any]) -> None:
     if data["monitoring"]:
         console.print("[bold]monitoring[/]")
         console.print_json(json.dumps(data["monitoring"]))
+    if data["scheduling"]:
+        console.print("[bold]scheduling (Kueue: flavor, queues, quota, topology levels per GPU pool)[/]")
+        console.print_json(json.dumps(data["scheduling"]))
     if data["resources"]:
         children: dict[str | None, list[dict[str, Any]]] = {}
         for r in data["resources"]:

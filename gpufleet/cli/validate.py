@@ -256,6 +256,7 @@ def bench_render(
     import yaml
 
     from gpufleet.catalog import get_gpu
+    from gpufleet.infra import kueue
     from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.lock import load_lock
     from gpufleet.outdir import claim
@@ -294,7 +295,10 @@ def bench_render(
         settings = BenchSettings(
             gpus_per_node=model.gpus_per_node, nccl_tests_dir=nccl_tests_dir, gpus_directive=directive,
             image=image, namespace=spec.workload_namespaces[0], env=env,
-            tolerations=tuple(toleration(t) for t in node_taints(pool)))
+            tolerations=tuple(toleration(t) for t in node_taints(pool)),
+            # Kubernetes clusters run Kueue (not the sandbox): admitted whole, kept under one leaf where known.
+            job_labels={} if spec.backend == "local" else kueue.job_labels("gpufleet-training"),
+            pod_annotations={} if spec.backend == "local" else kueue.podset_annotations(spec, pool))
         for job in plan_jobs(hosts):
             script = render_sbatch(job, settings)
             scripts[job.name] = script

@@ -28,6 +28,7 @@ GPU_OPERATOR_NAMESPACE = CHARTS["gpu-operator"].namespace
 NETWORK_OPERATOR_NAMESPACE = CHARTS["network-operator"].namespace
 MONITORING_NAMESPACE = CHARTS["kube-prometheus-stack"].namespace
 LUSTRE_NAMESPACE = CHARTS["lustre-csi-driver"].namespace
+KUEUE_NAMESPACE = CHARTS["kueue"].namespace
 #: Namespace of gpufleet's own workloads (drift CronJob, node taint Jobs).
 GPUFLEET_NAMESPACE = "gpufleet"
 #: CSI driver name registered by HPE's Lustre CSI driver (its CSIDriver object).
@@ -62,3 +63,7 @@ def kube_prometheus_stack(lock: Lock) -> Chart:
 
 def aws_efa_device_plugin(lock: Lock) -> Chart:
     return chart("aws-efa-k8s-device-plugin", lock)
+
+
+def kueue(lock: Lock) -> Chart:
+    return chart("kueue", lock)

@@ -15,6 +15,7 @@ from gpufleet.infra import charts
 from gpufleet.infra.scheduling import (
     CONTROL_PLANE_TOLERATION,
     POOL_LABEL,
+    ROLE_LABEL,
     SYSTEM_NODE_SELECTOR,
     gpu_node_tolerations,
     node_labels,
@@ -50,6 +51,8 @@ PLATFORM_LEVELS: dict[str, str] = {
     charts.MONITORING_NAMESPACE: "privileged",
     # The CSI node plugin is privileged with Bidirectional mount propagation.
     charts.LUSTRE_NAMESPACE: "privileged",
+    # Kueue's controller runs as non-root with RuntimeDefault seccomp and no capabilities (its chart defaults).
+    charts.KUEUE_NAMESPACE: "restricted",
 }
 
 
@@ -80,6 +83,8 @@ def platform_namespaces(spec: ClusterSpec) -> list[dict[str, Any]]:
         out.append(namespace(charts.MONITORING_NAMESPACE, PLATFORM_LEVELS[charts.MONITORING_NAMESPACE]))
     if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools):
         out.append(namespace(charts.NETWORK_OPERATOR_NAMESPACE, PLATFORM_LEVELS[charts.NETWORK_OPERATOR_NAMESPACE]))
+    if spec.gpu_pools:
+        out.append(namespace(charts.KUEUE_NAMESPACE, PLATFORM_LEVELS[charts.KUEUE_NAMESPACE]))
     out.append(namespace(charts.GPUFLEET_NAMESPACE, gpufleet_namespace_level(spec)))
     level, enforce = spec.pod_security.level, spec.pod_security.enforce
     out += [namespace(ns, level, enforce=enforce) for ns in spec.workload_namespaces]
@@ -212,17 +217,19 @@ def _lustre_csi(kind: str, read_only: bool, handle: Any, driver: str | None,
 
 
 def lustre_node_tolerations_patch(spec: ClusterSpec) -> dict[str, Any]:
-    """The Lustre CSI node DaemonSet must run on GPU nodes too; its chart has no tolerations value."""
+    """Lustre is mounted by GPU workloads (datasets, checkpoints), nothing of the platform mounts it: the CSI
+    node DaemonSet runs on GPU nodes only, tolerating exactly their taints (its chart has neither value)."""
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "lustre-csi-node", "namespace": charts.LUSTRE_NAMESPACE},
-            "spec": {"template": {"spec": {"tolerations": gpu_node_tolerations(spec.gpu_pools)}}}}
+            "spec": {"template": {"spec": {"nodeSelector": {ROLE_LABEL: "gpu"},
+                                           "tolerations": gpu_node_tolerations(spec.gpu_pools)}}}}
 
 
 def node_patch(pool: NodePool, host: Host, *, operator_components: bool = False,
                drift_metrics: bool = False) -> dict[str, Any]:
     """Labels an existing node gets, by server-side apply (labels are a granular map: other managers'
     labels stay). Never taints: ``spec.taints`` is an atomic list, see :func:`taint_job`."""
-    labels = node_labels(pool, operator_components=operator_components)
+    labels = node_labels(pool, operator_components=operator_components, host=host)
     if drift_metrics:
         labels[DRIFT_METRICS_LABEL] = "true"
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": host.name, "labels": labels}}

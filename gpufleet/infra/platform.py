@@ -8,7 +8,8 @@ Install order is explicit: every consumer of a CRD ``depends_on`` the release th
   dcgm-exporter chart, and before our PrometheusRules;
 - the GPU Operator (it installs NFD and its CRDs) before the Network Operator, whose NodeFeatureRule
   needs them; the Network Operator release (its CRDs) before the NicClusterPolicy;
-- the GPU Operator before the NVIDIADriver objects; node labels before the taint Jobs that select by them.
+- the GPU Operator before the NVIDIADriver objects; node labels before the taint Jobs that select by them;
+- the Kueue release (its CRDs) before its Topology, ResourceFlavor, ClusterQueue and LocalQueue objects.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.infra import charts, manifests, values
+from gpufleet.infra import charts, kueue, manifests, values
 from gpufleet.infra.contract import BackendHandles
 from gpufleet.lock import Lock
 from gpufleet.monitoring.rules import render_prometheus_rule
@@ -66,11 +67,20 @@ def apply(obj: dict[str, Any], opts: pulumi.ResourceOptions, *, patch: bool = Fa
         res: pulumi.CustomResource = cls(name + ("-patch" if patch and kind == "Namespace" else ""), **fields,
                                          opts=opts)
         return res
+    if set(fields) - {"metadata", "spec"}:
+        # Custom resources with top-level fields besides spec (Kueue's WorkloadPriorityClass: value,
+        # description), which apiextensions.CustomResource does not take: registered with the same type token.
+        return pulumi.CustomResource(f"kubernetes:{obj['apiVersion']}:{kind}", name, dict(obj), opts)
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind, **fields, opts=opts)
 
 
 def _release(chart: charts.Chart, vals: dict[str, Any], opts: pulumi.ResourceOptions,
              namespace: str | None = None) -> k8s.helm.v3.Release:
+    if chart.repo.startswith("oci://"):
+        # An OCI chart is named by its full reference; there is no repository index to point at.
+        return k8s.helm.v3.Release(
+            chart.name, name=chart.name, chart=f"{chart.repo}/{chart.name}", version=chart.version,
+            namespace=namespace or chart.namespace, values=vals, opts=opts)
     return k8s.helm.v3.Release(
         chart.name, name=chart.name, chart=chart.name, version=chart.version,
         namespace=namespace or chart.namespace,
@@ -233,6 +243,23 @@ class LustreStorage(_Component):
         self.register_outputs(outputs)
 
 
+class Kueue(_Component):
+    """Kueue on system nodes, then its queues, flavors, topologies and priorities (they need its CRDs)."""
+
+    def __init__(self, name: str, spec: ClusterSpec, lock: Lock, provider: k8s.Provider, namespaces: Namespaces,
+                 monitoring: Monitoring, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("Kueue", name, provider, opts)
+        chart = charts.kueue(lock)
+        self.values = kueue.kueue_values(spec, lock)
+        # Its ServiceMonitor needs the Prometheus Operator CRDs (monitoring.crds) when enablePrometheus is on.
+        self.release = _release(chart, self.values, self.child([*namespaces.namespaces, *monitoring.crds]))
+        done: list[pulumi.Resource] = [self.release, *namespaces.namespaces]
+        for obj in kueue.kueue_objects(spec):
+            # In order: a flavor names its Topology, the ClusterQueue its flavors, a LocalQueue the ClusterQueue.
+            done.append(apply(obj, self.child(done)))
+        self.register_outputs({"chart": chart.name, "version": chart.version})
+
+
 class DriftCheck(_Component):
     """The drift CronJob with its own token-less ServiceAccount (when the stack sets gpufleet:drift)."""
 
@@ -268,6 +295,8 @@ class Platform(pulumi.ComponentResource):
             if any(p.fabric in ("infiniband", "roce") for p in spec.gpu_pools) else None)
         self.lustre = (LustreStorage("lustre", spec, lock, provider, self.namespaces, mine, backend=backend)
                        if spec.storage.lustre is not None else None)
+        self.kueue = (Kueue("kueue", spec, lock, provider, self.namespaces, self.monitoring, mine)
+                      if spec.gpu_pools else None)
         self.drift = (DriftCheck("drift", spec, provider, self.namespaces, mine)
                       if spec.drift is not None else None)
         self.register_outputs({})

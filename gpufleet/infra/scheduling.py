@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.spec import GPU_TAINT_KEY, NodePool
+from gpufleet.spec import GPU_TAINT_KEY, Host, NodePool
 
 ROLE_LABEL = "gpufleet.io/role"
 POOL_LABEL = "gpufleet.io/pool"
@@ -34,10 +34,32 @@ OPERATOR_OFF_LABELS: dict[str, str] = {
 }
 
 
-def node_labels(pool: NodePool, *, operator_components: bool = False) -> dict[str, str]:
-    """The pool's labels. ``operator_components``: the GPU Operator's driver/toolkit are on in this cluster
-    (a pool has host_management operator), so Ansible-managed GPU pools are labelled out of them."""
-    labels = {**pool.labels, ROLE_LABEL: pool.role, POOL_LABEL: pool.name}
+#: Node labels gpufleet sets from the stack's ``place`` (on-prem hosts, Azure pools), outermost first: the levels
+#: of Kueue's Topology where the cloud publishes none (gpufleet.infra.kueue).
+PLACE_LABELS: dict[str, str] = {"block": "gpufleet.io/block", "rack": "gpufleet.io/rack",
+                                "switch": "gpufleet.io/switch"}
+
+
+def host_place(pool: NodePool, host: Host | None) -> dict[str, str]:
+    """Level name -> value of a host's network place (the host's own fields override the pool's)."""
+    out: dict[str, str] = {}
+    for place in (pool.place, host.place if host is not None else None):
+        if place is not None:
+            out.update({k: v for k, v in place.model_dump().items() if v is not None})
+    return out
+
+
+def place_labels(pool: NodePool, host: Host | None) -> dict[str, str]:
+    """Node labels of a host's network place (gpufleet.io/block, rack, switch)."""
+    return {PLACE_LABELS[k]: v for k, v in host_place(pool, host).items()}
+
+
+def node_labels(pool: NodePool, *, operator_components: bool = False,
+                host: Host | None = None) -> dict[str, str]:
+    """The pool's labels (with ``host``: that host's place labels too). ``operator_components``: the GPU
+    Operator's driver/toolkit are on in this cluster (a pool has host_management operator), so Ansible-managed
+    GPU pools are labelled out of them."""
+    labels = {**pool.labels, **place_labels(pool, host), ROLE_LABEL: pool.role, POOL_LABEL: pool.name}
     if operator_components and pool.role == "gpu" and pool.host_management == "ansible":
         labels.update(OPERATOR_OFF_LABELS)
     return labels

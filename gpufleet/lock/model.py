@@ -25,6 +25,7 @@ VERSION_KEYS: tuple[str, ...] = (
     "lustre_csi",
     "kube_prometheus_stack",
     "aws_efa_device_plugin",
+    "kueue",
     "rdma",
     "lustre_client",
     "kernel",
@@ -59,6 +60,7 @@ class ComponentVersions(BaseModel):
     lustre_csi: str = Field(default_factory=lambda: chart_default("lustre_csi"))
     kube_prometheus_stack: str = Field(default_factory=lambda: chart_default("kube_prometheus_stack"))
     aws_efa_device_plugin: str = Field(default_factory=lambda: chart_default("aws_efa_device_plugin"))
+    kueue: str = Field(default_factory=lambda: chart_default("kueue"))
     rdma: str
     lustre_client: str
     kernel: str | None = None

@@ -21,6 +21,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "lustre_csi": (r"^\d+\.\d+\.\d+$", "0.1.12"),
     "kube_prometheus_stack": (r"^\d+\.\d+\.\d+$", "88.5.3"),
     "aws_efa_device_plugin": (r"^v\d+\.\d+\.\d+$", "v0.5.7"),
+    "kueue": (r"^\d+\.\d+\.\d+$", "0.19.2"),
     "rdma": (r"^(inbox|\d+\.\d+\.\d+(-\d+)?)$", "inbox or a DOCA-OFED version such as 2.9.1"),
     "lustre_client": (r"^\d+\.\d+\.\d+$", "2.15.6"),
     "kernel": (r"^$|^\d+\.\d+\.\d+-\d+-[a-z0-9-]+$", "5.15.0-139-generic, or empty for no pin"),

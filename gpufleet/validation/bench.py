@@ -135,6 +135,9 @@ class BenchSettings:
     tolerations: tuple[dict[str, str], ...] = ()
     launcher_node_selector: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    #: Kueue: the job's queue and priority labels, and the GPU pods' topology annotation (gpufleet.infra.kueue).
+    job_labels: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
 
 
 def render_sbatch(job: BenchJob, s: BenchSettings) -> str:
@@ -158,7 +161,7 @@ def render_k8s(job: BenchJob, s: BenchSettings) -> dict[str, Any]:
     """A ``batch/v1`` Job (single node) or a kubeflow ``MPIJob`` v2beta1 (several nodes), as a dict."""
     env = _env()
     common = {"name": job.name, "namespace": s.namespace, "image": s.image, "gpus_per_node": s.gpus_per_node,
-              "tolerations": list(s.tolerations)}
+              "tolerations": list(s.tolerations), "job_labels": s.job_labels, "pod_annotations": s.pod_annotations}
     if job.scope == "single-node":
         mpirun = f"mpirun --allow-run-as-root --bind-to none -np {s.gpus_per_node}"
         text = env.get_template("nccl-tests-job.yaml.j2").render(node=job.nodes[0], script=_loop(s, mpirun),
