@@ -237,7 +237,8 @@ def test_a_probe_reuses_only_a_converged_reading() -> None:
 
 # -- what the roles name is covered -------------------------------------------------------------------------------
 
-#: Absolute paths the roles name that are not host state a role manages or decides from: programs they run, the
+#: Absolute paths the roles name that are not host state a role manages or decides from: programs they run (those
+#: a probing role runs or checks are in its meta/footprint.yml, test_hole4_every_program...), the
 #: kernel's module tree (the release is in the digest), the distribution's keyrings, sysfs/procfs they read through
 #: the kernel section, block devices (their mdadm.conf, fstab entry and mount are in the digest), the daemons' own
 #: state and logs that slurm.conf points at, and text that only mentions a path.
@@ -263,7 +264,9 @@ def test_every_path_the_roles_name_is_in_the_footprint() -> None:
     patterns = DEFAULTS["host_footprint_paths"]
     missing = set()
     for f in (REPO_ROOT / "roles").rglob("*"):
-        if not f.is_file() or f.suffix not in (".yml", ".j2") or "host_footprint" in f.parts:
+        # A role's meta/footprint.yml is the list of what it relies on (test_hole4_every_program... checks it).
+        if (not f.is_file() or f.suffix not in (".yml", ".j2") or "host_footprint" in f.parts
+                or f.name == "footprint.yml"):
             continue
         for m in _PATH.finditer(f.read_text()):
             path = m.group(1).rstrip("/.")
@@ -486,18 +489,17 @@ def test_hole4_files_a_role_runs_count(host: Path) -> None:
 
 def test_hole4_through_the_plugin_a_role_listed_file_is_read(tmp_path: Path, host: Path) -> None:
     """End to end: the plugin adds every role's meta/footprint.yml list to the reads (before: converged)."""
-    plugin = _plugin()
-    assert "/usr/bin/nvidia-ctk" in plugin.relies_on()
     (host / "usr/bin").mkdir(parents=True)
     (host / "usr/bin/nvidia-ctk").write_bytes(b"\x7fELF")
     _ansible_run(tmp_path, host, GROW, "nvidia_container_toolkit")
     (host / "usr/bin/nvidia-ctk").unlink()
     probe = _ansible_run(tmp_path, host, GROW, "nvidia_container_toolkit", "--check")["probe"]
     assert probe["converged"] is False and probe["reason"].endswith("files"), probe["reason"]
+    assert "/usr/bin/nvidia-ctk" in _plugin().relies_on()
 
 
 _RUNS = re.compile(r"^\s*(?:argv:\s*\[\s*['\"]?|ansible\.builtin\.command:\s+|cmd:\s+)"
-                   r"([A-Za-z0-9_./{}\s-]+?)['\",\s\]]", re.M)
+                   r"([A-Za-z0-9_./{}-][A-Za-z0-9_./{}\s-]*?)['\",\s\]]", re.M)
 #: Programs whose state the footprint holds otherwise (dpkg's database, unit states) or that only read.
 _BASE_PROGRAMS = {"systemctl", "dpkg-query", "dpkg", "which", "journalctl", "command"}
 
@@ -513,9 +515,11 @@ def test_hole4_every_program_and_file_a_probing_role_runs_or_checks_is_listed_by
         if "tasks_from: probe" not in text:
             continue
         meta = role / "meta" / "footprint.yml"
-        listed = (yaml.safe_load(meta.read_text()) or {}).get("relies_on", []) if meta.exists() else []
-        defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {} if (
-            role / "defaults" / "main.yml").exists() else {}
+        listed = ((yaml.safe_load(meta.read_text()) or {}).get("relies_on") or []) if meta.exists() else []
+        defaults: dict[str, Any] = {}
+        for part in ("defaults", "vars"):
+            if (role / part / "main.yml").exists():
+                defaults |= yaml.safe_load((role / part / "main.yml").read_text()) or {}
         named = {m.group(1).rstrip("/.") for m in _PATH.finditer(text)
                  if m.group(1).startswith(("/usr/bin/", "/usr/sbin/", "/usr/local/cuda-", "/lib/systemd/system/"))}
         for m in _RUNS.finditer(text):
@@ -552,7 +556,8 @@ def test_hole2_the_topology_the_roles_render_from_is_state(host: Path, after: st
     smi.write_text(f'#!/bin/sh\nif [ "$1" = topo ]; then cat {host / "topo.txt"}; else cat {host / "smi.xml"}; fi\n')
     smi.chmod(0o755)
     rec = run(host, "record", ["role_a"], nvidia_smi=str(smi))
-    assert "topology" in rec["sections"] and run(host, nvidia_smi=str(smi))["converged"] is True
+    assert run(host, nvidia_smi=str(smi))["converged"] is True
     (host / "topo.txt").write_text(after)
     res = run(host, nvidia_smi=str(smi))
     assert res["converged"] is False and res["reason"].endswith("topology"), res["reason"]
+    assert "topology" in rec["sections"]
