@@ -51,7 +51,7 @@ options:
     default: {}
     suboptions:
       paths:
-        description: Files, directories (recursive, symlinks not followed) and globs whose state is in the digest.
+        description: Files, directories (recursive; a link is not walked, its final target's stat counts), globs.
         type: list
         elements: str
         default: []
