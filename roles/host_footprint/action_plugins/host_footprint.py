@@ -14,7 +14,8 @@ record stores it. The files each role runs or checks outside the footprint's tre
 ``meta/footprint.yml`` (``relies_on``), read here and handed to the module as ``reads.files``.
 
 A record refuses any run that is not a whole, unfiltered run of its role (``partial_run``): ``--start-at-task``,
-``--step``, a ``--limit`` for a role that reads other hosts, or a role whose own probe did not run this run.
+``--step``, a ``--limit`` for a role that reads other hosts, or a role whose own probe did not run this run
+(the scopes probed so far travel in every result as ``probed``).
 
 A probe whose previous result on this host (this run) said converged reuses that reading instead of running the
 module: every role since was skipped, so nothing on the host has changed. Any other previous result (a record, a
@@ -172,9 +173,10 @@ def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, pr
         return "--step may have skipped tasks"
     if cliargs.get("subset") and cluster_counts:
         return "--limit leaves out hosts this role reads"
-    if scope != "site" and not (previous.get("footprint_state") == "probe"
-                                and list(previous.get("scopes") or [""])[:1] == [scope]):
-        return f"the {scope} role's probe did not run first this run"
+    # The scopes whose probe ran this run travel in every result (a role may include another that probes and
+    # records in between: nvidia_driver includes nvidia_repo).
+    if scope != "site" and scope not in (previous.get("probed") or []):
+        return f"the {scope} role's probe did not run this run"
     return ""
 
 
@@ -240,7 +242,10 @@ class ActionModule(ActionBase):
             inputs = inputs_digest(hostvars.get(host, {}), exclude, version)
             cluster = cluster_digest(task_vars, readers, exclude)
         counts = "*" in scopes or reads_cluster(scopes[0] if scopes else "site", readers)
-        carried = {"inputs": inputs, "cluster": cluster, "cluster_readers": readers}
+        probed = {str(x) for x in previous.get("probed") or []}
+        if args.get("state", "probe") == "probe" and scopes:
+            probed.add(scopes[0])
+        carried = {"inputs": inputs, "cluster": cluster, "cluster_readers": readers, "probed": sorted(probed)}
         if args.get("state", "probe") == "probe":
             if not probe:
                 result.update(changed=False, converged=False, reason="probe off (host_footprint_probe)",
