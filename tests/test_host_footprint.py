@@ -561,3 +561,18 @@ def test_hole2_the_topology_the_roles_render_from_is_state(host: Path, after: st
     res = run(host, nvidia_smi=str(smi))
     assert res["converged"] is False and res["reason"].endswith("topology"), res["reason"]
     assert "topology" in rec["sections"]
+
+
+def test_hole3_a_link_into_a_run_time_tree_counts_without_its_modification_time(host: Path) -> None:
+    """kernfs stamps a directory when a child appears (/sys/class/infiniband/* link into /sys/devices): not a change;
+    the target replaced is."""
+    (host / "run/gpufleet").mkdir(parents=True)
+    (host / "sys/devices/pci0/mlx5_0").mkdir(parents=True)
+    (host / "run/gpufleet/hca").symlink_to("/sys/devices/pci0/mlx5_0")
+    run(host, "record", ["role_a"])
+    (host / "sys/devices/pci0/mlx5_0/ports").mkdir()
+    assert run(host)["converged"] is True
+    (host / "sys/devices/pci0/mlx5_0/ports").rmdir()
+    (host / "sys/devices/pci0/mlx5_0").rename(host / "sys/devices/pci0/gone")
+    (host / "sys/devices/pci0/mlx5_0").mkdir()
+    assert run(host)["reason"].endswith("path:/run/gpufleet")

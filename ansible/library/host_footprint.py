@@ -201,7 +201,12 @@ def final_target(root: str, path: str) -> str:
     return resolved or "/"
 
 
-def identity(path: str) -> str:
+#: Trees the kernel and udev make at run time: an entry there is identified without its modification time (kernfs
+#: stamps a directory when a child appears), which moves by itself.
+_RUNTIME_TREES = ("/sys/", "/proc/", "/dev/", "/run/")
+
+
+def identity(path: str, host_path: str = "") -> str:
     """What says an entry was removed, replaced or changed without reading it: type, mode, owner, and for files and
     directories size, inode and modification time (a directory's changes when an entry in it comes or goes)."""
     try:
@@ -214,6 +219,8 @@ def identity(path: str) -> str:
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
         return f"{'char' if stat.S_ISCHR(st.st_mode) else 'block'} {head} {os.major(st.st_rdev)},{os.minor(st.st_rdev)}"
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    if (host_path or path).startswith(_RUNTIME_TREES):
+        return f"{kind} {head} {st.st_ino}"
     return f"{kind} {head} {st.st_size} {st.st_ino} {st.st_mtime_ns}"
 
 
@@ -229,7 +236,7 @@ def _describe(path: str, root: str = "/") -> str:
     head = f"{stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
     if stat.S_ISLNK(st.st_mode):
         final = final_target(root, path[len(root) - 1:] if root != "/" else path)
-        return f"link {os.readlink(path)} -> {final} {identity(_rooted(root, final))}"
+        return f"link {os.readlink(path)} -> {final} {identity(_rooted(root, final), final)}"
     if stat.S_ISDIR(st.st_mode):
         return f"dir {head}"
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
@@ -282,7 +289,8 @@ def files_section(root: str, patterns: list[str]) -> str:
         full = _rooted(root, pattern)
         matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
         host = [m[len(root) - 1:] if root != "/" else m for m in matches]
-        lines += [f"{pattern}\t{h}\t{identity(_rooted(root, final_target(root, h)))}" for h in host] or [
+        lines += [f"{pattern}\t{h}\t{identity(_rooted(root, t), t)}" for h in host
+                  for t in [final_target(root, h)]] or [
             f"{pattern}\tabsent"]
     return _sha("\n".join(lines).encode())
 
