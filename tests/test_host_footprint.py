@@ -425,14 +425,17 @@ def test_hole5_limit_records_nothing_for_a_role_that_reads_other_hosts(tmp_path:
 def test_hole5_partial_runs_are_named() -> None:
     plugin = _plugin()
     probed = {"footprint_state": "record", "scopes": ["nvidia_repo"], "probed": ["nccl", "nvidia_repo"]}
-    assert plugin.partial_run({}, "nccl", False, probed) == ""
+    roles = plugin.cluster_readers()
+    assert plugin.partial_run({}, "nccl", False, probed, roles) == ""
     assert plugin.partial_run({"step": True}, "nccl", False, probed) == "--step may have skipped tasks"
     assert plugin.partial_run({"subset": "node"}, "nccl", False, probed) == ""
     assert plugin.partial_run({"subset": "node"}, "slurm", True, probed).startswith("--limit")
     # Only another role's probe ran: this run did not start at this role's beginning.
     other = {"footprint_state": "record", "scopes": ["cudnn"], "probed": ["cudnn"]}
-    assert plugin.partial_run({}, "nccl", False, other) == "the nccl role's probe did not run this run"
-    assert plugin.partial_run({}, "site", True, other) == ""
+    assert plugin.partial_run({}, "nccl", False, other, roles) == "the nccl role's probe did not run this run"
+    # Scopes that are no role have no probe of their own (molecule/shared/break_one.yml records a baseline).
+    assert plugin.partial_run({}, "site", True, other, roles) == ""
+    assert plugin.partial_run({}, "restore-baseline", True, other, roles) == ""
 
 
 def test_hole3_a_link_counts_with_its_final_target(host: Path) -> None:

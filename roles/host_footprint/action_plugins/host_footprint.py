@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,8 @@ def cluster_digest(variables: Mapping[str, Any], readers: Mapping[str, Any], exc
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, previous: Mapping[str, Any]) -> str:
+def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, previous: Mapping[str, Any],
+                roles: Collection[str] = ()) -> str:
     """Why a record would claim more than this run proved ("" when the run is whole for the scope).
 
     Check mode and --tags/--skip-tags are refused in record.yml's conditions, before this runs.
@@ -175,7 +176,8 @@ def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, pr
         return "--limit leaves out hosts this role reads"
     # The scopes whose probe ran this run travel in every result (a role may include another that probes and
     # records in between: nvidia_driver includes nvidia_repo).
-    if scope != "site" and scope not in (previous.get("probed") or []):
+    # Only a role's scope: site, and molecule/shared/break_one.yml's restore-baseline, have no probe of their own.
+    if scope in roles and scope not in (previous.get("probed") or []):
         return f"the {scope} role's probe did not run this run"
     return ""
 
@@ -223,7 +225,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+        result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         previous = args.pop("previous", None) or {}
         exclude = list(args.pop("inputs_exclude", None) or [])
@@ -256,7 +258,7 @@ class ActionModule(ActionBase):
                 result.update(reused, **carried)
                 return result
         else:
-            why = partial_run(ansible.context.CLIARGS, scopes[0] if scopes else "site", counts, previous)
+            why = partial_run(ansible.context.CLIARGS, scopes[0] if scopes else "site", counts, previous, readers)
             if why:
                 # Not a change and not the record: the next run's probe finds no record for this state.
                 result.update(changed=False, converged=False, reason=f"not recorded: {why}", reread=False, **carried)
