@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpufleet import REPO_ROOT
+from tests.ansible_local import local_host
 
 MODULE = REPO_ROOT / "ansible" / "library" / "host_footprint.py"
 PLUGIN = REPO_ROOT / "roles" / "host_footprint" / "action_plugins" / "host_footprint.py"
@@ -217,12 +218,18 @@ def test_code_digest_follows_the_role_code(tmp_path: Path) -> None:
 
 def test_a_probe_reuses_only_a_converged_reading() -> None:
     plugin = _plugin()
-    rec = {"role_a": {"inputs": "i", "footprint": "d"}, "site": {"inputs": "i", "footprint": "d"}}
-    held = plugin.reuse({"converged": True, "digest": "d", "recorded": rec}, ["role_b", "site"], "i")
+    rec = {"role_a": {"inputs": "i", "footprint": "d", "cluster": "c"},
+           "site": {"inputs": "i", "footprint": "d", "cluster": "c"}}
+    held = plugin.reuse({"converged": True, "digest": "d", "recorded": rec}, ["role_b", "site"], "i", "c")
     assert held["converged"] is True and held["reread"] is False
     only_a = {"role_a": rec["role_a"]}
-    assert plugin.reuse({"converged": True, "digest": "d", "recorded": only_a}, ["role_b", "site"], "i")[
+    assert plugin.reuse({"converged": True, "digest": "d", "recorded": only_a}, ["role_b", "site"], "i", "c")[
         "converged"] is False
+    # Another cluster holds only for a role that does not read it.
+    assert plugin.reuse({"converged": True, "digest": "d", "recorded": rec}, ["role_b", "site"], "i", "c2")[
+        "converged"] is False
+    assert plugin.reuse({"converged": True, "digest": "d", "recorded": rec}, ["role_b", "site"], "i", "c2", False)[
+        "converged"] is True
     assert plugin.reuse({"converged": False, "digest": "d", "recorded": rec}, ["role_b"], "i") is None
     assert plugin.reuse({"skipped": True}, ["role_b"], "i") is None
     assert plugin.reuse({}, ["role_b"], "i") is None
@@ -230,7 +237,8 @@ def test_a_probe_reuses_only_a_converged_reading() -> None:
 
 # -- what the roles name is covered -------------------------------------------------------------------------------
 
-#: Absolute paths the roles name that are not host state a role manages or decides from: programs they run, the
+#: Absolute paths the roles name that are not host state a role manages or decides from: programs they run (those
+#: a probing role runs or checks are in its meta/footprint.yml, test_hole4_every_program...), the
 #: kernel's module tree (the release is in the digest), the distribution's keyrings, sysfs/procfs they read through
 #: the kernel section, block devices (their mdadm.conf, fstab entry and mount are in the digest), the daemons' own
 #: state and logs that slurm.conf points at, and text that only mentions a path.
@@ -256,7 +264,9 @@ def test_every_path_the_roles_name_is_in_the_footprint() -> None:
     patterns = DEFAULTS["host_footprint_paths"]
     missing = set()
     for f in (REPO_ROOT / "roles").rglob("*"):
-        if not f.is_file() or f.suffix not in (".yml", ".j2") or "host_footprint" in f.parts:
+        # A role's meta/footprint.yml is the list of what it relies on (test_hole4_every_program... checks it).
+        if (not f.is_file() or f.suffix not in (".yml", ".j2") or "host_footprint" in f.parts
+                or f.name == "footprint.yml"):
             continue
         for m in _PATH.finditer(f.read_text()):
             path = m.group(1).rstrip("/.")
@@ -315,11 +325,13 @@ def test_every_role_that_manages_a_host_probes_first_and_records_last() -> None:
 
 def test_a_record_after_a_converged_reading_runs_nothing_when_the_stamp_holds_the_scope() -> None:
     plugin = _plugin()
-    rec = {"site": {"inputs": "i", "footprint": "d"}}
-    held = plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["site"], "i")
+    rec = {"site": {"inputs": "i", "footprint": "d", "cluster": "c"}}
+    held = plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["site"], "i", "c")
     assert held["converged"] is True and held["reason"] == "recorded (site), unchanged"
-    assert plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["slurm"], "i") is None
-    assert plugin.already_recorded({"converged": False, "digest": "d", "recorded": rec}, ["site"], "i") is None
+    assert plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["slurm"], "i", "c") is None
+    assert plugin.already_recorded({"converged": False, "digest": "d", "recorded": rec}, ["site"], "i", "c") is None
+    # A record whose cluster moved writes the new one (a role that does not read it still records it for site).
+    assert plugin.already_recorded({"converged": True, "digest": "d", "recorded": rec}, ["site"], "i", "c2") is None
 
 
 def test_the_skipped_tags_a_record_ignores_are_on_no_role_task() -> None:
@@ -327,3 +339,243 @@ def test_the_skipped_tags_a_record_ignores_are_on_no_role_task() -> None:
     for f in (REPO_ROOT / "roles").rglob("tasks/*.yml"):
         text = f.read_text()
         assert not any(re.search(rf"\b{re.escape(t)}\b", text) for t in ignored), f
+
+
+# -- issue 26: what the roles decide from, beyond the host's own files ----------------------------------------------
+
+def _ansible_run(tmp_path: Path, host: Path, groups: dict[str, list[str]], scope: str, *options: str) -> dict[str, Any]:
+    """tests/playbooks/host_footprint.yml on the scratch host: the probe's and the record's answers for one scope.
+
+    Hosts other than ``node`` exist in the inventory only (never in the play: its hosts are the group ``target``).
+    """
+    hosts = sorted({h for members in groups.values() for h in members} | {"node"})
+    inventory = {"all": {"hosts": {h: local_host(ansible_become=False) for h in hosts},
+                         "children": {g: {"hosts": {h: {} for h in members}}
+                                      for g, members in {**groups, "target": ["node"]}.items()}}}
+    out = tmp_path / "answers.json"
+    out.unlink(missing_ok=True)
+    reads = {"root": str(host), "units": False, "nvidia_smi": "", "stamp": "/var/lib/gpufleet/footprint.json",
+             "paths": ["/etc/apt", "/etc/nccl.conf", "/usr/local/cuda"], "blockers": [], "kernel_modules": []}
+    extra = {"scope": scope, "out_file": str(out), "__host_footprint_reads": reads}
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps(inventory))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default"}
+    playbook = REPO_ROOT / "tests" / "playbooks" / "host_footprint.yml"
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
+                           "-e", json.dumps(extra), *options, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(json.loads(out.read_text()))
+
+
+GROW = {"system": ["ctl"], "gpu": ["node"]}
+
+
+def test_hole1_group_membership_is_an_input_of_the_roles_that_read_it(tmp_path: Path, host: Path) -> None:
+    """A node added to the gpu group changes slurm.conf on every Slurm host: slurm's probe no longer holds, while a
+    role that reads nothing of the cluster (nccl) still skips. Before issue 26 both said converged."""
+    for scope in ("slurm", "nccl"):
+        assert _ansible_run(tmp_path, host, GROW, scope)["record"]["reason"] == f"recorded ({scope})"
+        assert _ansible_run(tmp_path, host, GROW, scope)["probe"]["converged"] is True
+    grown = {"system": ["ctl"], "gpu": ["node", "node2"]}
+    slurm = _ansible_run(tmp_path, host, grown, "slurm")["probe"]
+    assert slurm["converged"] is False
+    assert slurm["reason"].startswith("cluster changed since the last converge"), slurm["reason"]
+    assert _ansible_run(tmp_path, host, grown, "nccl")["probe"]["converged"] is True
+
+
+def test_hole1_which_roles_read_the_cluster_is_derived_from_their_files() -> None:
+    plugin = _plugin()
+    readers = plugin.cluster_readers()
+    assert "groups" in readers["slurm"] and not readers["nvidia_driver"] and "drain" not in readers
+    assert plugin.reads_cluster("site", readers) and plugin.reads_cluster("slurm", readers)
+    assert not plugin.reads_cluster("nccl", readers)
+    two = {"groups": {"all": ["a", "b"], "gpu": ["b"]}}
+    assert plugin.cluster_digest(two, readers, []) != plugin.cluster_digest(
+        {"groups": {"all": ["a", "b", "c"], "gpu": ["b", "c"]}}, readers, [])
+    # Once a probing role reads other hosts' variables, every host's role inputs are in the digest.
+    hv = {"groups": {"all": ["a", "b"]}, "hostvars": {"a": {"slurm_partition": "gpu"}, "b": {}}}
+    moved = {**hv, "hostvars": {"a": {"slurm_partition": "big"}, "b": {}}}
+    assert plugin.cluster_digest(hv, readers, []) == plugin.cluster_digest(moved, readers, [])
+    assert plugin.cluster_digest(hv, {"x": ["hostvars"]}, []) != plugin.cluster_digest(moved, {"x": ["hostvars"]}, [])
+
+
+def test_hole5_start_at_task_records_nothing(tmp_path: Path, host: Path) -> None:
+    """A run started at the record (the role's tasks skipped) must not make the changed state the converged one."""
+    _ansible_run(tmp_path, host, GROW, "nccl")
+    (host / "etc/nccl.conf").write_text("NCCL_DEBUG=INFO\n")  # a change the role's skipped tasks would repair
+    rec = _ansible_run(tmp_path, host, GROW, "nccl", "--start-at-task",
+                       "host_footprint : Record the converged state for the next run's probe")["record"]
+    assert rec["reason"].startswith("not recorded: --start-at-task"), rec
+    probe = _ansible_run(tmp_path, host, GROW, "nccl", "--check")["probe"]
+    assert probe["converged"] is False and probe["reason"].endswith("path:/etc/nccl.conf"), probe["reason"]
+
+
+def test_hole5_limit_records_nothing_for_a_role_that_reads_other_hosts(tmp_path: Path, host: Path) -> None:
+    _ansible_run(tmp_path, host, GROW, "slurm")
+    (host / "etc/nccl.conf").write_text("NCCL_DEBUG=INFO\n")
+    assert _ansible_run(tmp_path, host, GROW, "slurm", "--limit", "node")["record"]["reason"] == (
+        "not recorded: --limit leaves out hosts this role reads")
+    assert _ansible_run(tmp_path, host, GROW, "slurm", "--check")["probe"]["converged"] is False
+    # A role that reads only its own host records under --limit (the limit leaves out nothing it reads).
+    assert _ansible_run(tmp_path, host, GROW, "nccl", "--limit", "node")["record"]["reason"] == "recorded (nccl)"
+
+
+def test_hole5_partial_runs_are_named() -> None:
+    plugin = _plugin()
+    probed = {"footprint_state": "record", "scopes": ["nvidia_repo"], "probed": ["nccl", "nvidia_repo"]}
+    roles = plugin.cluster_readers()
+    assert plugin.partial_run({}, "nccl", False, probed, roles) == ""
+    assert plugin.partial_run({"step": True}, "nccl", False, probed) == "--step may have skipped tasks"
+    assert plugin.partial_run({"subset": "node"}, "nccl", False, probed) == ""
+    assert plugin.partial_run({"subset": "node"}, "slurm", True, probed).startswith("--limit")
+    # Only another role's probe ran: this run did not start at this role's beginning.
+    other = {"footprint_state": "record", "scopes": ["cudnn"], "probed": ["cudnn"]}
+    assert plugin.partial_run({}, "nccl", False, other, roles) == "the nccl role's probe did not run this run"
+    # Scopes that are no role have no probe of their own (molecule/shared/break_one.yml records a baseline).
+    assert plugin.partial_run({}, "site", True, other, roles) == ""
+    assert plugin.partial_run({}, "restore-baseline", True, other, roles) == ""
+
+
+def test_hole3_a_link_counts_with_its_final_target(host: Path) -> None:
+    """/usr/local/cuda -> /etc/alternatives/cuda -> /usr/local/cuda-12.8: replacing or removing the directory at the
+    end changes no link's text."""
+    (host / "etc/alternatives").mkdir(parents=True)
+    (host / "usr/local/cuda-12.8/bin").mkdir(parents=True)
+    (host / "usr/local/cuda").symlink_to("/etc/alternatives/cuda")
+    (host / "etc/alternatives/cuda").symlink_to("/usr/local/cuda-12.8")
+    paths = ["/usr/local/cuda", "/etc/nccl.conf"]
+    run(host, "record", ["role_a"], paths=paths)
+    assert run(host, paths=paths)["converged"] is True
+    (host / "usr/local/cuda-12.8/bin").rmdir()  # the toolkit's tree lost an entry
+    res = run(host, paths=paths)
+    assert res["converged"] is False and res["reason"].endswith("path:/usr/local/cuda"), res["reason"]
+    run(host, "record", ["role_a"], paths=paths)
+    (host / "usr/local/cuda-12.8").rmdir()
+    assert run(host, paths=paths)["reason"].endswith("path:/usr/local/cuda")
+    plugin_free = host / "usr/local/cuda-12.8"
+    plugin_free.mkdir()
+    run(host, "record", ["role_a"], paths=paths)
+    plugin_free.rmdir()
+    plugin_free.mkdir()  # replaced: a new directory under the same name
+    assert run(host, paths=paths)["converged"] is False
+
+
+def test_hole3_link_loops_and_relative_links_resolve_inside_the_root(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("hf_module", MODULE)
+    assert spec and spec.loader
+    root = str(tmp_path) + "/"
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").symlink_to("../usr/lib/os-release")
+    (tmp_path / "etc/a").symlink_to("/etc/b")
+    (tmp_path / "etc/b").symlink_to("a")
+    code = ("import sys, ansible.module_utils as m\n"
+            f"m.__path__.append({str(REPO_ROOT / 'ansible' / 'module_utils')!r})\n"
+            "import runpy; g = runpy.run_path(sys.argv[1])\n"
+            "print(g['final_target'](sys.argv[2], '/etc/os-release'), g['final_target'](sys.argv[2], '/etc/a'))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(MODULE), root], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["/usr/lib/os-release", "/etc/a"]
+
+
+def test_hole4_files_a_role_runs_count(host: Path) -> None:
+    """Removing /usr/bin/nvidia-ctk changes neither dpkg's database nor a listed tree; the role lists it."""
+    (host / "usr/bin").mkdir(parents=True)
+    (host / "usr/bin/nvidia-ctk").write_bytes(b"\x7fELF")
+    files = ["/usr/bin/nvidia-ctk", "/usr/local/cuda-*"]
+    run(host, "record", ["role_a"], files=files)
+    assert run(host, files=files)["converged"] is True
+    (host / "usr/bin/nvidia-ctk").unlink()
+    res = run(host, files=files)
+    assert res["converged"] is False and res["reason"].endswith("files"), res["reason"]
+
+
+def test_hole4_through_the_plugin_a_role_listed_file_is_read(tmp_path: Path, host: Path) -> None:
+    """End to end: the plugin adds every role's meta/footprint.yml list to the reads (before: converged)."""
+    (host / "usr/bin").mkdir(parents=True)
+    (host / "usr/bin/nvidia-ctk").write_bytes(b"\x7fELF")
+    _ansible_run(tmp_path, host, GROW, "nvidia_container_toolkit")
+    (host / "usr/bin/nvidia-ctk").unlink()
+    probe = _ansible_run(tmp_path, host, GROW, "nvidia_container_toolkit", "--check")["probe"]
+    assert probe["converged"] is False and probe["reason"].endswith("files"), probe["reason"]
+    assert "/usr/bin/nvidia-ctk" in _plugin().relies_on()
+
+
+_RUNS = re.compile(r"^\s*(?:argv:\s*\[\s*['\"]?|ansible\.builtin\.command:\s+|cmd:\s+)"
+                   r"([A-Za-z0-9_./{}-][A-Za-z0-9_./{}\s-]*?)['\",\s\]]", re.M)
+#: Programs whose state the footprint holds otherwise (dpkg's database, unit states) or that only read.
+_BASE_PROGRAMS = {"systemctl", "dpkg-query", "dpkg", "which", "journalctl", "command"}
+
+
+def test_hole4_every_program_and_file_a_probing_role_runs_or_checks_is_listed_by_it() -> None:
+    """Absolute programs and toolkit paths the roles name, and the first word of each command they run (a role
+    default's value where it is one), are in the role's meta/footprint.yml or under host_footprint_paths."""
+    patterns = DEFAULTS["host_footprint_paths"]
+    missing = []
+    for role in sorted(p for p in (REPO_ROOT / "roles").iterdir() if p.is_dir()):
+        text = "\n".join(f.read_text() for f in sorted(role.rglob("*")) if f.suffix in (".yml", ".j2") and f.is_file()
+                         and f.parent.name != "meta")
+        if "tasks_from: probe" not in text:
+            continue
+        meta = role / "meta" / "footprint.yml"
+        listed = ((yaml.safe_load(meta.read_text()) or {}).get("relies_on") or []) if meta.exists() else []
+        defaults: dict[str, Any] = {}
+        for part in ("defaults", "vars"):
+            if (role / part / "main.yml").exists():
+                defaults |= yaml.safe_load((role / part / "main.yml").read_text()) or {}
+        named = {m.group(1).rstrip("/.") for m in _PATH.finditer(text)
+                 if m.group(1).startswith(("/usr/bin/", "/usr/sbin/", "/usr/local/cuda-", "/lib/systemd/system/"))}
+        for m in _RUNS.finditer(text):
+            word = m.group(1).split()[0] if m.group(1).split() else ""
+            ref = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", m.group(1).strip())
+            if ref and isinstance(defaults.get(ref.group(1)), str):
+                word = defaults[ref.group(1)]
+            if word and "{" not in word and word not in _BASE_PROGRAMS:
+                named.add(word)
+        for var, value in defaults.items():
+            if var.endswith(("_nvidia_smi", "_ctk")) and isinstance(value, str):
+                named.add(value)
+        for name in sorted(named):
+            name = re.sub(r"\{\{.*?\}\}", "*", name)
+            ok = any(fnmatch.fnmatchcase(name, p) or p.rsplit("/", 1)[-1] == name or fnmatch.fnmatchcase(p, name)
+                     for p in listed) or _covered(name, patterns)
+            if not ok:
+                missing.append(f"{role.name}: {name}")
+    assert not missing, "run or checked by a role but in no meta/footprint.yml:\n" + "\n".join(missing)
+
+
+def _topo(nvlink: int, numa: tuple[str, ...] = ("0-47", "48-95")) -> str:
+    sys.path.insert(0, str(REPO_ROOT))
+    from gpufleet.module_utils.topology import build_board, render_topo_m
+    return render_topo_m(build_board(gpus=4, nvlink=nvlink, numa_cpus=numa, nics=2))
+
+
+@pytest.mark.parametrize("after", [_topo(12), _topo(18, ("0-95", "0-95")), _topo(18).replace("NIC0", "NICX")])
+def test_hole2_the_topology_the_roles_render_from_is_state(host: Path, after: str) -> None:
+    """A lost NVLink, a NUMA change, a swapped HCA: gres.conf and NCCL_IB_HCA go stale, the GPU settings do not move."""
+    (host / "topo.txt").write_text(_topo(18))
+    (host / "smi.xml").write_text("<nvidia_smi_log><driver_version>570.1</driver_version></nvidia_smi_log>")
+    smi = host / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nif [ "$1" = topo ]; then cat {host / "topo.txt"}; else cat {host / "smi.xml"}; fi\n')
+    smi.chmod(0o755)
+    rec = run(host, "record", ["role_a"], nvidia_smi=str(smi))
+    assert run(host, nvidia_smi=str(smi))["converged"] is True
+    (host / "topo.txt").write_text(after)
+    res = run(host, nvidia_smi=str(smi))
+    assert res["converged"] is False and res["reason"].endswith("topology"), res["reason"]
+    assert "topology" in rec["sections"]
+
+
+def test_hole3_a_link_into_a_run_time_tree_counts_without_its_modification_time(host: Path) -> None:
+    """kernfs stamps a directory when a child appears (/sys/class/infiniband/* link into /sys/devices): not a change;
+    the target replaced is."""
+    (host / "run/gpufleet").mkdir(parents=True)
+    (host / "sys/devices/pci0/mlx5_0").mkdir(parents=True)
+    (host / "run/gpufleet/hca").symlink_to("/sys/devices/pci0/mlx5_0")
+    run(host, "record", ["role_a"])
+    (host / "sys/devices/pci0/mlx5_0/ports").mkdir()
+    assert run(host)["converged"] is True
+    (host / "sys/devices/pci0/mlx5_0/ports").rmdir()
+    (host / "sys/devices/pci0/mlx5_0").rename(host / "sys/devices/pci0/gone")
+    (host / "sys/devices/pci0/mlx5_0").mkdir()
+    assert run(host)["reason"].endswith("path:/run/gpufleet")

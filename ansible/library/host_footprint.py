@@ -12,10 +12,13 @@ description:
     selections, holds, half-installed states), the configuration trees under O(paths) (content, mode, owner, symlink
     targets, device numbers), systemd unit file states and the units that are not inactive, the kernel's command line,
     release, managed modules, the values of every sysctl key the sysctl.d files set, the mounts of the fstab mount
-    points, and the settings of every GPU that C(nvidia-smi -q -x) reports - and hashes it.
+    points, the settings of every GPU that C(nvidia-smi -q -x) reports and the GPU/NIC topology C(nvidia-smi topo -m)
+    shows (through the topology parser the roles use) - and hashes it. A symbolic link counts with its final target's
+    state (type, mode, owner, size, inode, modification time), and O(files) are stat'ed the same way.
   - O(state=record) writes that digest to O(stamp) under O(scope), with the controller's O(inputs) digest (the role
-    code and the host's variables). O(state=probe) reports C(converged) when the stamp holds, for one of O(scopes),
-    the same inputs and the same digest, no O(blockers) path exists and C(nvidia-smi) answered: the role's tasks
+    code and the host's variables) and O(cluster) digest (the inventory's groups). O(state=probe) reports
+    C(converged) when the stamp holds, for one of O(scopes), the same inputs, the same cluster where
+    O(cluster_counts), and the same digest, no O(blockers) path exists and C(nvidia-smi) answered: the role's tasks
     would change nothing (they are idempotent, which every Molecule scenario checks), so the role can be skipped.
   - A record keeps only the scopes whose digest is the current one. The stamp holds digests only, no file content.
   - Read-only in check mode; O(state=record) writes nothing there.
@@ -34,13 +37,29 @@ options:
     description: Digest of what the controller decides from (role code, host variables); the action plugin sets it.
     type: str
     default: ""
+  cluster:
+    description: Digest of the cluster the templates read (the inventory's group map); the action plugin sets it.
+    type: str
+    default: ""
+  cluster_counts:
+    description: The probing role reads the cluster (groups, other hosts), so a recorded O(cluster) must be this one.
+    type: bool
+    default: true
   reads:
     description: What to read.
     type: dict
     default: {}
     suboptions:
       paths:
-        description: Files, directories (recursive, symlinks not followed) and globs whose state is in the digest.
+        description: Files, directories (recursive; a link is not walked, its final target's stat counts), globs.
+        type: list
+        elements: str
+        default: []
+      files:
+        description:
+          - Globs of files the roles run or check outside the trees of O(paths) (programs, a toolkit's directory),
+            each described by its C(stat) only (type, mode, owner, size, inode, modification time; links followed),
+            never read or walked. The action plugin adds every role's C(meta/footprint.yml) C(relies_on) list.
         type: list
         elements: str
         default: []
@@ -63,7 +82,9 @@ options:
         type: bool
         default: true
       nvidia_smi:
-        description: nvidia-smi; its absence counts as state, its failure blocks the probe. Empty to leave GPUs out.
+        description:
+          - nvidia-smi; its absence counts as state, its failure blocks the probe. Empty to leave GPUs out.
+          - Its C(topo -m) matrix, parsed by the roles' topology parser, and the CPU thread siblings count as state.
         type: str
         default: nvidia-smi
       stamp:
@@ -115,11 +136,11 @@ digest:
   returned: always
   type: str
 sections:
-  description: Section name -> digest (paths per entry, dpkg, units, kernel, gpus).
+  description: Section name -> digest (paths per entry, files, dpkg, units, kernel, gpus, topology).
   returned: always
   type: dict
 recorded:
-  description: Scopes the stamp holds after this run, each with its inputs and digest.
+  description: Scopes the stamp holds after this run, each with its inputs, cluster and digest.
   returned: always
   type: dict
 """
@@ -136,18 +157,76 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.gpufleet_smi_xml import SETTINGS, SmiXmlError, parse_smi_xml
+from ansible.module_utils.gpufleet_topology import TopologyError, parse_topo_m
 
 SCHEMA = 1
 #: systemd unit file states that belong to no administrator's decision (units pulled in by others, made at run time).
 _UNIT_FILE_STATES_IGNORED = frozenset({"static", "transient", "generated", "alias", "bad"})
+#: What the slurm role's gpu_topology reads for Cores= (threads per core); the matrix alone does not say it.
+_SIBLINGS = "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"
+_MAX_HOPS = 40
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _describe(path: str) -> str:
-    """One line for one filesystem entry: type, mode, owner and what identifies its content."""
+def final_target(root: str, path: str) -> str:
+    """The host path a path resolves to, every link in it followed inside root (a chroot's realpath, no I/O outside).
+
+    A loop or a chain longer than the kernel's 40 hops stops at the entry it reached: its state is then "a link".
+    """
+    parts = [p for p in path.split("/") if p]
+    resolved = ""
+    hops = 0
+    while parts:
+        name = parts.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            resolved = resolved.rsplit("/", 1)[0]
+            continue
+        candidate = f"{resolved}/{name}"
+        try:
+            target = os.readlink(_rooted(root, candidate))
+        except OSError:  # not a link, or absent: the path goes on (or ends) here
+            resolved = candidate
+            continue
+        hops += 1
+        if hops > _MAX_HOPS:
+            return candidate
+        if target.startswith("/"):
+            resolved = ""
+        parts = [p for p in target.split("/") if p] + parts
+    return resolved or "/"
+
+
+#: Trees the kernel and udev make at run time: an entry there is identified without its modification time (kernfs
+#: stamps a directory when a child appears), which moves by itself.
+_RUNTIME_TREES = ("/sys/", "/proc/", "/dev/", "/run/")
+
+
+def identity(path: str, host_path: str = "") -> str:
+    """What says an entry was removed, replaced or changed without reading it: type, mode, owner, and for files and
+    directories size, inode and modification time (a directory's changes when an entry in it comes or goes)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as e:
+        return f"error {e.errno}"
+    head = f"{stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return f"{'char' if stat.S_ISCHR(st.st_mode) else 'block'} {head} {os.major(st.st_rdev)},{os.minor(st.st_rdev)}"
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    if (host_path or path).startswith(_RUNTIME_TREES):
+        return f"{kind} {head} {st.st_ino}"
+    return f"{kind} {head} {st.st_size} {st.st_ino} {st.st_mtime_ns}"
+
+
+def _describe(path: str, root: str = "/") -> str:
+    """One line for one filesystem entry: type, mode, owner and what identifies its content; a link with its text,
+    its final target and that target's identity (removing the directory at a chain's end changes no link's text)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -156,7 +235,8 @@ def _describe(path: str) -> str:
         return f"error {e.errno}"
     head = f"{stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
     if stat.S_ISLNK(st.st_mode):
-        return f"link {os.readlink(path)}"
+        final = final_target(root, path[len(root) - 1:] if root != "/" else path)
+        return f"link {os.readlink(path)} -> {final} {identity(_rooted(root, final), final)}"
     if stat.S_ISDIR(st.st_mode):
         return f"dir {head}"
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
@@ -171,11 +251,11 @@ def _describe(path: str) -> str:
     return f"other {head}"
 
 
-def _walk(path: str, skip: str) -> Iterator[tuple[str, str]]:
-    """(path, description) for the entry and, for a directory, everything under it (symlinks not followed)."""
+def _walk(path: str, skip: str, root: str = "/") -> Iterator[tuple[str, str]]:
+    """(path, description) for the entry and, for a directory, everything under it (symlinks not walked into)."""
     if path == skip:
         return
-    desc = _describe(path)
+    desc = _describe(path, root)
     yield path, desc
     if desc.startswith("dir "):
         try:
@@ -184,7 +264,7 @@ def _walk(path: str, skip: str) -> Iterator[tuple[str, str]]:
             yield path + "/", f"error {e.errno}"
             return
         for name in names:
-            yield from _walk(os.path.join(path, name), skip)
+            yield from _walk(os.path.join(path, name), skip, root)
 
 
 def _rooted(root: str, path: str) -> str:
@@ -197,9 +277,22 @@ def paths_sections(root: str, patterns: list[str], skip: str) -> dict[str, str]:
     for pattern in patterns:
         full = _rooted(root, pattern)
         matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
-        lines = [f"{p[len(root) - 1:] if root != '/' else p}\t{d}" for m in matches for p, d in _walk(m, skip)]
+        lines = [f"{p[len(root) - 1:] if root != '/' else p}\t{d}" for m in matches for p, d in _walk(m, skip, root)]
         out[f"path:{pattern}"] = _sha("\n".join(lines or ["absent"]).encode())
     return out
+
+
+def files_section(root: str, patterns: list[str]) -> str:
+    """The identity of each file the roles run or check (links followed): one stat each, no content read."""
+    lines = []
+    for pattern in sorted(set(patterns)):
+        full = _rooted(root, pattern)
+        matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
+        host = [m[len(root) - 1:] if root != "/" else m for m in matches]
+        lines += [f"{pattern}\t{h}\t{identity(_rooted(root, t), t)}" for h in host
+                  for t in [final_target(root, h)]] or [
+            f"{pattern}\tabsent"]
+    return _sha("\n".join(lines).encode())
 
 
 def _read(path: str) -> str | None:
@@ -283,10 +376,29 @@ def gpus_section(module: AnsibleModule, smi: str) -> tuple[str, str | None]:
     return _sha("\n".join(lines).encode()), None
 
 
+def topology_section(module: AnsibleModule, smi: str, root: str) -> str:
+    """The GPU/NIC matrix gres.conf (Links=, Cores=) and NCCL_IB_HCA are rendered from, read by the same command and
+    parser as the roles' gpu_topology module, and the thread siblings it turns CPU ids into cores with."""
+    siblings = (_read(_rooted(root, _SIBLINGS)) or "absent").strip()
+    path = smi if os.path.isabs(smi) else module.get_bin_path(smi)
+    if not path or not os.path.exists(path):
+        return _sha(f"no nvidia-smi\nsiblings {siblings}".encode())
+    rc, out, _err = module.run_command([path, "topo", "-m"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        return _sha(f"topo rc {rc}\nsiblings {siblings}".encode())
+    try:
+        model: Any = parse_topo_m(out).to_dict()
+    except TopologyError as e:  # the roles leave their files as they are and say so: that is a state too
+        model = f"unreadable: {e}"
+    return _sha(json.dumps({"topology": model, "siblings": siblings}, sort_keys=True, default=str).encode())
+
+
 def read_state(module: AnsibleModule, p: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     root = p["root"] if p["root"].endswith("/") else p["root"] + "/"
     stamp = _rooted(root, p["stamp"])
     sections = paths_sections(root, p["paths"], stamp)
+    if p["files"]:
+        sections["files"] = files_section(root, p["files"])
     blockers = [m for g in p["blockers"] for m in sorted(glob.glob(_rooted(root, g)))]
     if p["dpkg_status"]:
         try:
@@ -301,6 +413,8 @@ def read_state(module: AnsibleModule, p: dict[str, Any]) -> tuple[dict[str, str]
         sections["gpus"], blocked = gpus_section(module, p["nvidia_smi"])
         if blocked:
             blockers.append(blocked)
+        else:  # a driver that does not answer blocks already; its topology would only repeat that
+            sections["topology"] = topology_section(module, p["nvidia_smi"], root)
     return sections, blockers
 
 
@@ -317,8 +431,14 @@ def load_stamp(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
 
 
+def holds(entry: Any, inputs: str, cluster: str, cluster_counts: bool, digest: str) -> bool:
+    """A recorded scope is this run's: same inputs, same state, and the same cluster where the role reads it."""
+    return (isinstance(entry, dict) and entry.get("inputs") == inputs and entry.get("footprint") == digest
+            and (not cluster_counts or entry.get("cluster") == cluster))
+
+
 def compare(stamp: dict[str, Any], scopes: list[str], inputs: str, digest: str, sections: dict[str, str],
-            blockers: list[str]) -> tuple[bool, str]:
+            blockers: list[str], cluster: str = "", cluster_counts: bool = True) -> tuple[bool, str]:
     if blockers:
         return False, "pending: " + ", ".join(blockers)
     recorded = stamp.get("scopes") or {}
@@ -326,10 +446,12 @@ def compare(stamp: dict[str, Any], scopes: list[str], inputs: str, digest: str, 
     if not held:
         return False, "no record of a converge"
     for s in held:
-        if recorded[s].get("inputs") == inputs and recorded[s].get("footprint") == digest:
+        if holds(recorded[s], inputs, cluster, cluster_counts, digest):
             return True, f"as the last converge ({s}) left it"
     if all(recorded[s].get("inputs") != inputs for s in held):
         return False, "inputs changed since the last converge (role code or host variables)"
+    if cluster_counts and all(recorded[s].get("cluster") != cluster for s in held):
+        return False, "cluster changed since the last converge (group membership or other hosts' variables)"
     before = stamp.get("sections") or {}
     differ = sorted(k for k in set(before) | set(sections) if before.get(k) != sections.get(k))
     return False, "state changed since the last converge: " + (", ".join(differ) or "?")
@@ -351,8 +473,11 @@ def main() -> None:
             "state": {"type": "str", "choices": ["probe", "record"], "default": "probe"},
             "scopes": {"type": "list", "elements": "str", "required": True},
             "inputs": {"type": "str", "default": ""},
+            "cluster": {"type": "str", "default": ""},
+            "cluster_counts": {"type": "bool", "default": True},
             "reads": {"type": "dict", "default": {}, "options": {
                 "paths": {"type": "list", "elements": "str", "default": []},
+                "files": {"type": "list", "elements": "str", "default": []},
                 "blockers": {"type": "list", "elements": "str", "default": []},
                 "kernel_modules": {"type": "list", "elements": "str", "default": []},
                 "dpkg_status": {"type": "str", "default": "/var/lib/dpkg/status"},
@@ -377,13 +502,14 @@ def main() -> None:
     digest = digest_of(sections)
     stamp = load_stamp(stamp_path)
     if p["state"] == "probe":
-        converged, reason = compare(stamp, p["scopes"], p["inputs"], digest, sections, blockers)
+        converged, reason = compare(stamp, p["scopes"], p["inputs"], digest, sections, blockers, p["cluster"],
+                                    p["cluster_counts"])
         module.exit_json(changed=False, converged=converged, reason=reason, digest=digest, sections=sections,
                          recorded=stamp.get("scopes") or {}, blockers=blockers)
     scope = p["scopes"][0]
     kept = {s: v for s, v in (stamp.get("scopes") or {}).items()
             if isinstance(v, dict) and v.get("footprint") == digest}
-    kept[scope] = {"inputs": p["inputs"], "footprint": digest}
+    kept[scope] = {"inputs": p["inputs"], "footprint": digest, "cluster": p["cluster"]}
     new = {"schema": SCHEMA, "scopes": kept, "sections": sections}
     if new != stamp and not module.check_mode:
         try:

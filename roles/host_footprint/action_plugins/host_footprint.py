@@ -6,6 +6,17 @@ are a role default's name (inventory, group_vars, host_vars, extra vars; templat
 It is the host's view without a play (``hostvars``), so every role of a run computes the same one; a run computes
 it once and carries it in the registered result.
 
+The cluster digest, and which roles read the cluster, are computed once per host and run too (carried likewise).
+The cluster digest is what a role's templates read beyond the host's own variables: the inventory's group map
+(slurm.conf lists every compute node) and, once any managed role names ``hostvars``, every host's role inputs.
+Which roles read it is derived from their files (``cluster_readers``), and only their probes compare it; every
+record stores it. The files each role runs or checks outside the footprint's trees come from its
+``meta/footprint.yml`` (``relies_on``), read here and handed to the module as ``reads.files``.
+
+A record refuses any run that is not a whole, unfiltered run of its role (``partial_run``): ``--start-at-task``,
+``--step``, a ``--limit`` for a role that reads other hosts, or a role whose own probe did not run this run
+(the scopes probed so far travel in every result as ``probed``).
+
 A probe whose previous result on this host (this run) said converged reuses that reading instead of running the
 module: every role since was skipped, so nothing on the host has changed. Any other previous result (a record, a
 probe that did not hold, none) runs the module. A record after such a probe writes nothing when the stamp already
@@ -19,10 +30,12 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+import ansible.context
+import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
@@ -86,19 +99,109 @@ def select_inputs(variables: Mapping[str, Any], prefixes: list[str], exclude: li
     return out
 
 
+#: Names through which a template or task reads beyond its own host's variables (the inventory, other hosts, the
+#: play's host list). A word match, comments included: a false match costs a rerun, a miss a wrong skip.
+_CLUSTER_WORDS = re.compile(r"\b(groups|hostvars|play_hosts|ansible_play_hosts(?:_all)?|ansible_play_batch|"
+                            r"ansible_limit|delegate_to|run_once)\b")
+_ROLE_REF = re.compile(r"^\s*(?:name|role):\s*['\"]?([a-z][a-z0-9_]*)['\"]?\s*$", re.M)
+_SUFFIXES = (".yml", ".yaml", ".j2")
+
+
+def _role_text(role: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(role.rglob("*"))
+                     if p.is_file() and p.suffix in _SUFFIXES and "__pycache__" not in p.parts)
+
+
+def cluster_readers(repo: Path = _REPO) -> dict[str, set[str]]:
+    """Role -> the cluster words its files, and the files of the roles it imports or depends on, use.
+
+    host_footprint itself is left out (its own files name these words for the record's rules, not for a template).
+    """
+    roles = {p.name: p for p in sorted((repo / "roles").iterdir()) if p.is_dir() and p.name != "host_footprint"}
+    # Only the roles that probe decide from the cluster for a skip (drain reads hostvars but never skips).
+    texts = {name: _role_text(path) for name, path in roles.items()}
+    own = {name: {m.group(1) for m in _CLUSTER_WORDS.finditer(text)} for name, text in texts.items()}
+    uses = {name: {m.group(1) for m in _ROLE_REF.finditer(text)} & set(roles) - {name}
+            for name, text in texts.items()}
+    out: dict[str, set[str]] = {}
+    for name in roles:
+        seen, todo, words = {name}, [name], set()
+        while todo:
+            r = todo.pop()
+            words |= own[r]
+            todo += [u for u in uses[r] if u not in seen]
+            seen |= uses[r]
+        if "tasks_from: probe" in texts[name]:
+            out[name] = words
+    return out
+
+
+def reads_cluster(scope: str, readers: Mapping[str, Any]) -> bool:
+    """Whether a scope's probe compares the cluster: a role that reads it, and site or any other unknown scope."""
+    return bool(readers.get(scope, ["groups"]))
+
+
+def relies_on(repo: Path = _REPO) -> list[str]:
+    """Every role's ``meta/footprint.yml`` ``relies_on``: files it runs or checks outside host_footprint_paths."""
+    out: set[str] = set()
+    for path in sorted((repo / "roles").glob("*/meta/footprint.yml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        out |= {str(f) for f in data.get("relies_on") or []}
+    return sorted(out)
+
+
+def cluster_digest(variables: Mapping[str, Any], readers: Mapping[str, Any], exclude: list[str]) -> str:
+    """The inventory's group map, and every host's role inputs when some role reads other hosts' variables."""
+    groups = variables.get("groups") or {}
+    payload: dict[str, Any] = {"groups": {g: sorted(str(h) for h in hosts) for g, hosts in sorted(groups.items())}}
+    if any("hostvars" in words for words in readers.values()):
+        hostvars = variables.get("hostvars") or {}
+        prefixes, names = role_prefixes(), default_names()
+        payload["hosts"] = {str(h): select_inputs(hostvars[h], prefixes, exclude, names)
+                            for h in sorted(groups.get("all") or [])}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, previous: Mapping[str, Any],
+                roles: Collection[str] = ()) -> str:
+    """Why a record would claim more than this run proved ("" when the run is whole for the scope).
+
+    Check mode and --tags/--skip-tags are refused in record.yml's conditions, before this runs.
+    """
+    if cliargs.get("start_at_task"):
+        return "--start-at-task ran part of the play"
+    if cliargs.get("step"):
+        return "--step may have skipped tasks"
+    if cliargs.get("subset") and cluster_counts:
+        return "--limit leaves out hosts this role reads"
+    # The scopes whose probe ran this run travel in every result (a role may include another that probes and
+    # records in between: nvidia_driver includes nvidia_repo).
+    # Only a role's scope: site, and molecule/shared/break_one.yml's restore-baseline, have no probe of their own.
+    if scope in roles and scope not in (previous.get("probed") or []):
+        return f"the {scope} role's probe did not run this run"
+    return ""
+
+
 def inputs_digest(variables: Mapping[str, Any], exclude: list[str], ansible_version: str) -> str:
     payload = {"code": code_digest(), "ansible": ansible_version,
                "vars": select_inputs(variables, role_prefixes(), exclude, default_names())}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def reuse(previous: Mapping[str, Any], scopes: list[str], inputs: str) -> dict[str, Any] | None:
+def _holds(entry: Any, inputs: str, cluster: str, cluster_counts: bool, digest: str) -> bool:
+    """The module's rule (host_footprint.holds): same inputs and state, the same cluster where the role reads it."""
+    return (isinstance(entry, Mapping) and entry.get("inputs") == inputs and entry.get("footprint") == digest
+            and (not cluster_counts or entry.get("cluster") == cluster))
+
+
+def reuse(previous: Mapping[str, Any], scopes: list[str], inputs: str, cluster: str = "",
+          cluster_counts: bool = True) -> dict[str, Any] | None:
     """The probe answered from the previous reading, when it said converged; None to read the host again."""
     if not previous.get("converged") or previous.get("failed") or not previous.get("digest"):
         return None
     recorded = previous.get("recorded") or {}
     names = sorted(recorded) if "*" in scopes else scopes
-    held = [s for s in names if (recorded.get(s) or {}) == {"inputs": inputs, "footprint": previous["digest"]}]
+    held = [s for s in names if _holds(recorded.get(s), inputs, cluster, cluster_counts, previous["digest"])]
     return {
         "changed": False, "converged": bool(held), "digest": previous["digest"], "recorded": dict(recorded),
         "sections": dict(previous.get("sections") or {}), "blockers": [], "reread": False,
@@ -107,9 +210,10 @@ def reuse(previous: Mapping[str, Any], scopes: list[str], inputs: str) -> dict[s
     }
 
 
-def already_recorded(previous: Mapping[str, Any], scopes: list[str], inputs: str) -> dict[str, Any] | None:
+def already_recorded(previous: Mapping[str, Any], scopes: list[str], inputs: str,
+                     cluster: str = "") -> dict[str, Any] | None:
     """A record with nothing to write: the reading this run still holds (converged) and the stamp has the scope."""
-    held = reuse(previous, scopes, inputs)
+    held = reuse(previous, scopes, inputs, cluster, True)
     if held is None or not held["converged"]:
         return None
     held["reason"] = f"recorded ({scopes[0]}), unchanged"
@@ -121,7 +225,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+        result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         previous = args.pop("previous", None) or {}
         exclude = list(args.pop("inputs_exclude", None) or [])
@@ -131,26 +235,44 @@ class ActionModule(ActionBase):
         result.update(footprint_state=args.get("state", "probe"), scopes=scopes)
         if not isinstance(previous, Mapping):
             previous = {}
-        inputs = previous.get("inputs")
-        if not inputs:
+        inputs, cluster, readers = previous.get("inputs"), previous.get("cluster"), previous.get("cluster_readers")
+        if not inputs or not cluster or not isinstance(readers, Mapping):
+            readers = {k: sorted(v) for k, v in cluster_readers().items()}
             host = task_vars.get("inventory_hostname", "")
             hostvars = task_vars.get("hostvars") or {}
             version = str((task_vars.get("ansible_version") or {}).get("full", ""))
             inputs = inputs_digest(hostvars.get(host, {}), exclude, version)
+            cluster = cluster_digest(task_vars, readers, exclude)
+        counts = "*" in scopes or reads_cluster(scopes[0] if scopes else "site", readers)
+        probed = {str(x) for x in previous.get("probed") or []}
+        if args.get("state", "probe") == "probe" and scopes:
+            probed.add(scopes[0])
+        carried = {"inputs": inputs, "cluster": cluster, "cluster_readers": readers, "probed": sorted(probed)}
         if args.get("state", "probe") == "probe":
             if not probe:
                 result.update(changed=False, converged=False, reason="probe off (host_footprint_probe)",
-                              inputs=inputs, reread=False)
+                              reread=False, **carried)
                 return result
-            reused = reuse(previous, scopes, inputs)
+            reused = reuse(previous, scopes, inputs, cluster, counts)
             if reused is not None:
-                result.update(reused, inputs=inputs)
+                result.update(reused, **carried)
                 return result
-        elif (held := already_recorded(previous, scopes[:1], inputs)) is not None:
-            result.update(held, inputs=inputs)
-            return result
+        else:
+            why = partial_run(ansible.context.CLIARGS, scopes[0] if scopes else "site", counts, previous, readers)
+            if why:
+                # Not a change and not the record: the next run's probe finds no record for this state.
+                result.update(changed=False, converged=False, reason=f"not recorded: {why}", reread=False, **carried)
+                return result
+            if (held := already_recorded(previous, scopes[:1], inputs, cluster)) is not None:
+                result.update(held, **carried)
+                return result
         args["inputs"] = inputs
+        args["cluster"] = cluster
+        args["cluster_counts"] = counts
+        reads = dict(args.get("reads") or {})
+        reads["files"] = sorted({*(reads.get("files") or []), *relies_on()})
+        args["reads"] = reads
         result.update(self._execute_module(module_name="host_footprint", module_args=args, task_vars=task_vars))
-        result["inputs"] = inputs
+        result.update(carried)
         result.setdefault("reread", True)
         return result
