@@ -250,3 +250,30 @@ def test_platform_objects_are_accepted(api: Api) -> None:
     with pytest.raises(ApiError) as e:
         api.dry_run_create(bad)
     assert e.value.code == 403 and "violates PodSecurity" in e.value.body["message"]
+
+
+def test_drift_cronjob_pod_with_its_init_container_is_admitted(api: Api) -> None:
+    """Issue 30 point 5 (b): the drift CronJob's Pod, init container (root with CHOWN and FOWNER) and hostPath
+    included, is admitted in the gpufleet namespace at the level the program gives it when drift is on, and
+    refused at the restricted level it has without drift."""
+    from gpufleet.spec import Drift
+
+    spec = load_spec("onprem-h100")
+    with_drift = spec.model_copy(update={"drift": Drift(image="registry.example.com/gpufleet:0.1.0")})
+    for obj in [*manifests.platform_namespaces(with_drift), *manifests.drift_objects(with_drift)]:
+        api.apply(obj)
+    cron = next(o for o in manifests.drift_objects(with_drift) if o["kind"] == "CronJob")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "drift-probe", "namespace": cron["metadata"]["namespace"]},
+           "spec": cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]}
+    stored = api.dry_run_create(pod)
+    assert [c["name"] for c in stored["spec"]["initContainers"]] == ["textfile-dir"]
+    try:
+        for ns in manifests.platform_namespaces(spec):  # back to restricted: the Pod is refused
+            api.apply(ns)
+        with pytest.raises(ApiError) as e:
+            api.dry_run_create(pod)
+        assert e.value.code == 403 and "violates PodSecurity" in e.value.body["message"]
+    finally:
+        for ns in manifests.platform_namespaces(spec):
+            api.apply(ns)
