@@ -164,3 +164,9 @@ def test_role_ensures_the_flag_before_it_writes_the_drop_in() -> None:
                for h in handlers)
     writes = [i for i, t in enumerate(tasks) if "managed_files" in t]
     assert writes and writes[0] > 0
+
+
+def test_unbalanced_quotes_fail_with_a_message(tree: dict[str, Path]) -> None:
+    kubeadm(tree, default_kubelet='KUBELET_EXTRA_ARGS="--v=2\n')
+    result = run(tree)
+    assert result.get("failed") is True and "could not be read" in result["msg"] and not tree["dropin"].exists()

@@ -214,7 +214,13 @@ def main() -> None:
     if rc != 0 or not out.strip():
         finish("absent", None, None)
         return
-    exec_start, env, from_files = read_unit(out, dropin)
+    try:
+        exec_start, env, from_files = read_unit(out, dropin)
+    except ValueError as e:  # unbalanced quotes: systemd would refuse the line too
+        module.fail_json(msg=f"host_tuning: the kubelet unit ({unit}) or an EnvironmentFile of it could not be "
+                             f"read ({e}). Fix: the quoting of its Environment=/ExecStart= lines "
+                             f"(systemctl cat {unit}).")
+        return
     argv = expand(exec_start, {**env, **from_files})  # EnvironmentFile= overrides Environment= (systemd.exec)
     flag = config_dir_flag(argv)
     if module.params["state"] == "absent" or flag is not None:
