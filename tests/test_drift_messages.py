@@ -148,3 +148,13 @@ def test_an_index_refresh_alone_does_not_claim_that_packages_differ() -> None:
     task = _task("ansible.builtin.apt", {"changed": True}, task="Refresh the package index when the repository changed")
     assert messages(task, raw)[1] == ["Refresh the package index when the repository changed: the package index "
                                       "would be refreshed (no package named)"]
+
+
+def test_kubelet_config_dir_drop_in_reads_as_a_missing_file() -> None:
+    """Issue 30 point 5 (a): drift names the kubelet unit drop-in host_tuning would write (kind file, its diff)."""
+    path = "/etc/systemd/system/kubelet.service.d/90-gpufleet-config-dir.conf"
+    after = '[Service]\nEnvironment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml --config-dir=/d"\n'
+    diff = [{"before_header": path, "after_header": path, "before": "", "after": after}]
+    kind, lines, text = messages(_task("kubelet_config_dir", {"kubelet": "dropin", "config_dir": "/d"}, diff=diff,
+                                       task="Make the kubelet read the drop-in directory"))
+    assert (kind, lines) == ("file", [f"{path} missing"]) and "+[Service]" in text

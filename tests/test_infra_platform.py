@@ -6,7 +6,10 @@ hardening, and a property test over generated stacks: every GPU-node DaemonSet t
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 
 from gpufleet import REPO_ROOT
 from gpufleet.catalog.charts import CHARTS, IMAGES
+from gpufleet.drift.metrics import DEFAULT_TEXTFILE
 from gpufleet.infra import kueue, manifests, values
 from gpufleet.infra.offline import OfflinePlan, PlannedResource, evaluate
 from gpufleet.infra.scheduling import gpu_node_tolerations, node_taints
@@ -176,6 +180,53 @@ def test_drift_cronjob_file_pins_no_image_and_writes_where_node_exporter_reads()
     kps = values.kube_prometheus_stack_values(load_spec("onprem-h100"))
     mounts = kps["prometheus-node-exporter"]["extraHostVolumeMounts"]
     assert host_paths == [m["hostPath"] for m in mounts]
+
+
+def _drift_pod(spec: ClusterSpec) -> dict[str, Any]:
+    cron = next(o for o in manifests.drift_objects(spec) if o["kind"] == "CronJob")
+    pod: dict[str, Any] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return pod
+
+
+def test_drift_cronjob_makes_its_textfile_directory_writable(onprem_spec: ClusterSpec) -> None:
+    """Issue 30 point 5 (b): nothing else creates node_exporter's textfile directory or gives uid/gid 65532
+    write access to it; the hostPath creates it when missing and an init container of the same image makes it
+    group-writable for gid 65532, as root with CHOWN and FOWNER only."""
+    pod = _drift_pod(onprem_spec)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "textfile"]
+    assert volume["hostPath"] == {"path": str(DEFAULT_TEXTFILE.parent), "type": "DirectoryOrCreate"}
+    (init,) = pod["initContainers"]
+    (drift,) = pod["containers"]
+    assert init["image"] == drift["image"] == IMAGE
+    assert init["volumeMounts"] == [{"name": "textfile", "mountPath": "/textfile"}]
+    assert init["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}}
+    assert pod["securityContext"]["runAsGroup"] == 65532
+    # The namespace admits it (a hostPath and a root container need the privileged level).
+    ns = next(n for n in manifests.platform_namespaces(onprem_spec) if n["metadata"]["name"] == "gpufleet")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    kubernetes_validate.validate(next(o for o in manifests.drift_objects(onprem_spec) if o["kind"] == "CronJob"),
+                                 manifests.K8S_SCHEMA_VERSION, strict=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chgrp to gid 65532 needs root")
+def test_drift_init_script_gives_the_group_write_and_keeps_the_rest(onprem_spec: ClusterSpec,
+                                                                     tmp_path: Path) -> None:
+    """The init container's own script, run on a directory as the kubelet makes it (root:root 0755) and on one
+    that already has a sticky bit: group 65532 with rwx, owner and other bits unchanged, and again is the same."""
+    (init,) = _drift_pod(onprem_spec)["initContainers"]
+    assert init["command"] == [".venv/bin/python", "-c"]
+    for mode in (0o755, 0o1755):
+        d = tmp_path / f"textfile-{mode:o}"
+        d.mkdir()
+        os.chown(d, 0, 0)
+        d.chmod(mode)
+        script = init["args"][0].replace('"/textfile"', repr(str(d)))
+        for _ in range(2):
+            subprocess.run([sys.executable, "-c", script], check=True)
+            st = d.stat()
+            assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 65532, mode | 0o070)
 
 
 @pytest.mark.parametrize("image", ["registry.example.com/gpufleet:latest", "registry.example.com/gpufleet"])

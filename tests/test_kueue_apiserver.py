@@ -57,6 +57,8 @@ class Api:
     token: str
     ctx: ssl.SSLContext
     resources: dict[tuple[str, str], tuple[str, bool]]
+    #: The server's CA certificate (for a kubeconfig that kubectl reads).
+    ca: Path | None = None
 
     def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -133,7 +135,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     server = subprocess.Popen([str(K8S / "start-apiserver.sh"), str(d), etcd_url, str(port)],
                               stdout=logs[1], stderr=subprocess.STDOUT)
     ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
-    client = Api(f"https://127.0.0.1:{port}", "gpufleet-admin-token", ctx, {})
+    client = Api(f"https://127.0.0.1:{port}", "gpufleet-admin-token", ctx, {}, d / "ca.crt")
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -250,3 +252,81 @@ def test_platform_objects_are_accepted(api: Api) -> None:
     with pytest.raises(ApiError) as e:
         api.dry_run_create(bad)
     assert e.value.code == 403 and "violates PodSecurity" in e.value.body["message"]
+
+
+def test_drift_cronjob_pod_with_its_init_container_is_admitted(api: Api) -> None:
+    """Issue 30 point 5 (b): the drift CronJob's Pod, init container (root with CHOWN and FOWNER) and hostPath
+    included, is admitted in the gpufleet namespace at the level the program gives it when drift is on, and
+    refused at the restricted level it has without drift."""
+    from gpufleet.spec import Drift
+
+    spec = load_spec("onprem-h100")
+    with_drift = spec.model_copy(update={"drift": Drift(image="registry.example.com/gpufleet:0.1.0")})
+    for obj in [*manifests.platform_namespaces(with_drift), *manifests.drift_objects(with_drift)]:
+        api.apply(obj)
+    cron = next(o for o in manifests.drift_objects(with_drift) if o["kind"] == "CronJob")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "drift-probe", "namespace": cron["metadata"]["namespace"]},
+           "spec": cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]}
+    stored = api.dry_run_create(pod)
+    assert [c["name"] for c in stored["spec"]["initContainers"]] == ["textfile-dir"]
+    try:
+        for ns in manifests.platform_namespaces(spec):  # back to restricted: the Pod is refused
+            api.apply(ns)
+        with pytest.raises(ApiError) as e:
+            api.dry_run_create(pod)
+        assert e.value.code == 403 and "violates PodSecurity" in e.value.body["message"]
+    finally:
+        for ns in manifests.platform_namespaces(spec):
+            api.apply(ns)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="the program lists Nodes with kubectl")
+def test_label_patches_of_absent_nodes_create_nothing(api: Api, tmp_path: Path) -> None:
+    """Issue 30 point 5 (c): the program lists the cluster's Nodes through the stack's kubeconfig (kubectl, as
+    in ``gpufleet up``) and declares label patches for registered hosts only; applying every NodePatch it
+    declared (server-side, as the provider does) leaves the absent hosts absent instead of creating bare Nodes."""
+    from gpufleet.infra.offline import evaluate
+    from gpufleet.infra.registered_nodes import registered_nodes_of
+
+    spec, lock = _stack("onprem-h100")
+    absent = {"sys-0", "gpu-a-1"}
+    for host in (h for p in spec.pools for h in p.hosts):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": host.name}}
+        if host.name in absent:
+            try:
+                api.delete(node)
+            except ApiError as e:
+                assert e.code == 404
+        else:
+            try:
+                api.call("POST", "/api/v1/nodes", node)
+            except ApiError as e:
+                assert e.code == 409
+    kubeconfig = yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": api.url, "certificate-authority": str(api.ca)}}],
+        "users": [{"name": "t", "user": {"token": api.token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]})
+    registered = registered_nodes_of(spec, kubeconfig)
+    hosts = {h.name for p in spec.pools for h in p.hosts}
+    assert registered & hosts == hosts - absent
+    plan = evaluate(spec, lock, registered_nodes=registered)
+    patches = [r.inputs for r in plan.of_type("kubernetes:core/v1:NodePatch")]
+    assert sorted(p["metadata"]["name"] for p in patches) == sorted(hosts - absent)
+    for name in sorted(absent):
+        assert any(w.startswith(f"node {name} (pool ") and "not registered" in w for w in plan.warnings)
+    for patch in patches:
+        api.apply({"apiVersion": "v1", "kind": "Node", **patch})
+    for name in absent:
+        with pytest.raises(ApiError) as e:
+            api.get({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        assert e.value.code == 404
+    # What the old program did: the same patch for an absent host creates a bare Node with our labels and
+    # without the pool's GPU taint (only the API server's own not-ready taint).
+    pool = next(p for p in spec.pools if p.name == "h100-a")
+    host = next(h for h in pool.hosts if h.name == "gpu-a-1")
+    created = api.apply(manifests.node_patch(pool, host))
+    assert created["metadata"]["name"] == "gpu-a-1"
+    assert "nvidia.com/gpu" not in [t["key"] for t in created["spec"].get("taints", [])]
+    api.delete(created)

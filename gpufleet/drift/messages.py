@@ -25,6 +25,8 @@ _FILE_ACTIONS = frozenset({
     "ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.lineinfile",
     "ansible.builtin.blockinfile", "ansible.builtin.file", "template", "copy", "lineinfile", "blockinfile", "file",
     "managed_files",
+    # The project's module (ansible/library): the kubelet unit's drop-in that adds --config-dir.
+    "kubelet_config_dir",
 })
 _SERVICE_ACTIONS = frozenset({
     "ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service",

@@ -29,7 +29,8 @@ class ExistingCluster(pulumi.ComponentResource):
     """An existing Kubernetes cluster on bare metal: we are given a kubeconfig and the hosts of each pool."""
 
     def __init__(self, name: str, spec: ClusterSpec, kubeconfig: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 opts: pulumi.ResourceOptions | None = None,
+                 registered_nodes: frozenset[str] | None = None) -> None:
         super().__init__("gpufleet:backend:ExistingCluster", name, None, opts)
         self.provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=kubeconfig, enable_server_side_apply=True,
@@ -38,6 +39,7 @@ class ExistingCluster(pulumi.ComponentResource):
             provider=self.provider,
             pools=[PoolHandle(p, tuple(p.hosts)) for p in spec.pools],
             inventory_source=inventory_source(spec),
+            registered_nodes=registered_nodes,
         )
         self.register_outputs({"pools": [p.name for p in spec.pools]})
 
@@ -73,7 +75,7 @@ def require_sdk(spec: ClusterSpec) -> None:
 
 
 def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None,
-                 lock: Lock | None = None) -> BackendHandles:
+                 lock: Lock | None = None, registered_nodes: frozenset[str] | None = None) -> BackendHandles:
     if spec.backend == "local":
         return local_handles(spec)
     if spec.backend == "existing":
@@ -93,7 +95,7 @@ def make_backend(spec: ClusterSpec, kubeconfig: pulumi.Input[str] | None,
                     "an Ansible-managed pool of the existing backend needs its static hosts",
                     f"list the nodes of pool {name} as hosts: [{{name: ..., address: ...}}]"))
             raise ConfigError(problems)
-        return ExistingCluster(spec.cluster_name, spec, kubeconfig).handles
+        return ExistingCluster(spec.cluster_name, spec, kubeconfig, registered_nodes=registered_nodes).handles
     if spec.backend in CLOUD_SDKS and lock is not None:
         require_sdk(spec)
         if spec.backend == "azure":

@@ -44,3 +44,6 @@ class BackendHandles:
     #: volume's ``volumeAttributes`` in that driver's PV format; None: the platform layer's Lustre CSI chart.
     lustre_csi_driver: str | None = None
     lustre_volume_attributes: Mapping[str, Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
+    #: Names of the Nodes registered in the cluster when the program ran (``gpufleet.infra.registered_nodes``):
+    #: the platform layer labels only hosts among them. None: not known (an offline plan), every host.
+    registered_nodes: frozenset[str] | None = None

@@ -316,7 +316,7 @@ def drift_objects(spec: ClusterSpec) -> list[dict[str, Any]]:
     cron = yaml.safe_load(CRONJOB_FILE.read_text())
     cron["spec"]["schedule"] = spec.drift.schedule
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    for c in pod["containers"]:
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
         if c["image"] == DRIFT_IMAGE_PLACEHOLDER:
             c["image"] = spec.drift.image
         for env in c.get("env", []):

@@ -200,8 +200,10 @@ def _urns(declared: list[_Declared], stack: str) -> dict[tuple[str, str], str]:
     return out
 
 
-def evaluate(spec: ClusterSpec, lock: Lock, *, operator_dcgm_exporter: bool = True) -> OfflinePlan:
-    """Run the program for ``spec`` against mocks and return what it declared."""
+def evaluate(spec: ClusterSpec, lock: Lock, *, operator_dcgm_exporter: bool = True,
+             registered_nodes: frozenset[str] | None = None) -> OfflinePlan:
+    """Run the program for ``spec`` against mocks and return what it declared (``registered_nodes``: the Nodes
+    the cluster is taken to have; None, the default for a plan, labels every host)."""
     mocks = _Mocks()
     collect = _Collect()
     logger = logging.getLogger("gpufleet.offline")
@@ -218,7 +220,8 @@ def evaluate(spec: ClusterSpec, lock: Lock, *, operator_dcgm_exporter: bool = Tr
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def run() -> None:
         kubeconfig = pulumi.Output.secret(PLACEHOLDER_KUBECONFIG) if spec.backend == "existing" else None
-        outputs.update(program.build(spec, lock, kubeconfig, operator_dcgm_exporter=operator_dcgm_exporter))
+        outputs.update(program.build(spec, lock, kubeconfig, operator_dcgm_exporter=operator_dcgm_exporter,
+                                     registered_nodes=registered_nodes))
 
     run()
     urns = _urns(record.declared, spec.stack)

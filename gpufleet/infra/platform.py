@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.infra import charts, kueue, manifests, values
+from gpufleet.infra import charts, kueue, manifests, registered_nodes, values
 from gpufleet.infra.contract import BackendHandles
 from gpufleet.lock import Lock
 from gpufleet.monitoring.rules import render_prometheus_rule
@@ -116,18 +116,26 @@ class PlaneSeparation(_Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PlaneSeparation", name, provider, opts)
         operator_components = lock.operator_components
-        first_system = next((h.name for p in backend.pools if p.pool.role == "system" for h in p.hosts), None)
+        # Only registered Nodes are labelled: a server-side apply of an absent one would create a bare Node
+        # (gpufleet/infra/registered_nodes.py). Absent hosts are named in a warning and left to the next run.
+        absent = registered_nodes.absent_hosts(((p.pool, p.hosts) for p in backend.pools),
+                                               backend.registered_nodes)
+        for pool, host in absent:
+            pulumi.log.warn(registered_nodes.absent_message(pool, host))
+        skipped = {h.name for _, h in absent}
+        present = [(handle, [h for h in handle.hosts if h.name not in skipped]) for handle in backend.pools]
+        first_system = next((h.name for p, hosts in present if p.pool.role == "system" for h in hosts), None)
         rbac: list[pulumi.Resource] = []
-        for handle in backend.pools:
+        for handle, hosts in present:
             labelled = [apply(manifests.node_patch(handle.pool, host, operator_components=operator_components,
                                                    drift_metrics=spec.drift is not None
                                                    and host.name == first_system),
                               self.child(), patch=True)
-                        for host in handle.hosts]
+                        for host in hosts]
             # Cloud node groups register their nodes with the taints; nothing patches them afterwards.
-            if not handle.hosts or handle.taints_at_registration:
+            if not hosts or handle.taints_at_registration:
                 continue
-            job = manifests.taint_job(handle.pool, list(handle.hosts))
+            job = manifests.taint_job(handle.pool, hosts)
             if job is None:
                 continue
             if not rbac:
