@@ -1004,6 +1004,10 @@ def _fsx_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
         bad(f"{key}.capacity_gib", vol.capacity_gib,
             f"FSx for Lustre PERSISTENT_2 sizes are {fsx.capacity_gib_first} GiB or a multiple of "
             f"{fsx.capacity_gib_step} GiB", f"round to a multiple of {fsx.capacity_gib_step}")
+    if vol.subdir != "/":
+        bad(f"{key}.subdir", vol.subdir, "AWS's FSx for Lustre CSI driver mounts a file system's root "
+            f"(<dnsname>@tcp:/<mountname>, {fsx.csi.pv_source})",
+            "remove subdir (datasets and checkpoints are separate file systems)")
 
 
 def _amlfs_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
