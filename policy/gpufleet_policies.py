@@ -257,9 +257,11 @@ def volumes_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list
         if type_ != PV:
             continue
         kind = (_get(props, "metadata", "labels") or {}).get(VOLUME_LABEL)
-        handle = mount_source(_get(props, "spec", "csi") or {})
-        if kind in handles and isinstance(handle, str):
-            handles[kind].add(handle)
+        csi = _get(props, "spec", "csi") or {}
+        # Both name the volume: the handle (a cloud's file system id) and what gets mounted.
+        for handle in {csi.get("volumeHandle"), mount_source(csi)}:
+            if kind in handles and isinstance(handle, str):
+                handles[kind].add(handle)
     shared = sorted(handles["datasets"] & handles["checkpoints"])
     if shared:
         return [f"dataset and checkpoint volumes must be distinct; both use {', '.join(shared)}"]
