@@ -251,10 +251,11 @@ PowerLimitText = Annotated[str, BeforeValidator(canonical_power_limit)]
 #: Image of a cloud pool, per backend. None carries an NVIDIA driver: the GPU Operator's driver container or
 #: Ansible installs the lock's. AWS: the EKS-optimized Amazon Linux 2023 AMI or your own AMI by id. Azure: the
 #: AKS node OS SKU Ubuntu2204 or Ubuntu2404 (default: the one AKS ships for the cluster's Kubernetes version,
-#: gpufleet/catalog/kubernetes.yaml; the GPU Operator's driver container and the Azure Managed Lustre client
-#: support both). Google Cloud: the GKE node image COS_CONTAINERD (Container-Optimized OS, the only image
-#: Google's GPUDirect stacks support: the driver then comes from Google's installer, host_management gke) or
-#: UBUNTU_CONTAINERD (where the GPU Operator's driver container and the Ansible roles can run; gke_image).
+#: gpufleet/catalog/kubernetes.yaml; the GPU Operator's driver container and Microsoft's Azure Managed Lustre CSI
+#: driver, which Microsoft supports on AKS Ubuntu node pools only, support both). Google Cloud: the GKE node
+#: image COS_CONTAINERD (Container-Optimized OS, the only image Google's GPUDirect stacks support: the driver
+#: then comes from Google's installer, host_management gke) or UBUNTU_CONTAINERD (where the GPU Operator's
+#: driver container and the Ansible roles can run; gke_image).
 CLOUD_IMAGES = {
     "aws": r"^(eks-standard|ami-[0-9a-f]{8,17})$",
     "azure": r"^Ubuntu2(204|404)$",
@@ -973,8 +974,8 @@ def _kubernetes_version_problems(spec: ClusterSpec, bad: Bad) -> None:
     want = kv.node_os(spec.backend, version)
     for i, pool in enumerate(spec.pools):
         if want is not None and pool.image is not None and pool.image != want:
-            bad(f"pools[{i}].image", pool.image, f"AKS {version} nodes run {want} (the Lustre client "
-                "repository follows the image)", f"set image: {want} (or remove image)")
+            bad(f"pools[{i}].image", pool.image, f"AKS {version} nodes run {want} (AKS moves its Ubuntu OS "
+                "SKU with the version)", f"set image: {want} (or remove image)")
 
 
 Bad = Callable[[str, Any, str, str], None]
@@ -1004,6 +1005,10 @@ def _fsx_volume(key: str, vol: LustreVolume, bad: Bad) -> None:
         bad(f"{key}.capacity_gib", vol.capacity_gib,
             f"FSx for Lustre PERSISTENT_2 sizes are {fsx.capacity_gib_first} GiB or a multiple of "
             f"{fsx.capacity_gib_step} GiB", f"round to a multiple of {fsx.capacity_gib_step}")
+    if vol.subdir != "/":
+        bad(f"{key}.subdir", vol.subdir, "AWS's FSx for Lustre CSI driver mounts a file system's root "
+            f"(<dnsname>@tcp:/<mountname>, {fsx.csi.pv_source})",
+            "remove subdir (datasets and checkpoints are separate file systems)")
 
 
 def _amlfs_volume(key: str, vol: LustreVolume, bad: Bad) -> None:

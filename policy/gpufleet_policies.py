@@ -234,15 +234,34 @@ def system_pool_exists(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> li
     return []
 
 
+def mount_source(csi: Mapping[str, Any]) -> Any:
+    """What a Lustre PV mounts, ``<nid>@tcp:/<fsname>[/<dir>]``, whichever driver's format it is in: the clouds'
+    drivers carry it in volumeAttributes (AWS FSx: dnsname, mountname; Azure Managed Lustre: mgs-ip-address,
+    fs-name, sub-dir; GKE Managed Lustre: ip, filesystem), HPE's driver in the volumeHandle itself."""
+    attrs = csi.get("volumeAttributes") or {}
+    if any(not isinstance(v, str) for v in attrs.values()):
+        return None  # not known yet (a preview of new file systems): nothing to compare
+    if "dnsname" in attrs:
+        return f"{attrs['dnsname']}@tcp:/{attrs.get('mountname', 'fsx')}"
+    if "mgs-ip-address" in attrs:
+        sub = str(attrs.get("sub-dir") or "").strip("/")
+        return f"{attrs['mgs-ip-address']}@tcp:/{attrs.get('fs-name', '')}{'/' + sub if sub else ''}"
+    if "ip" in attrs and "filesystem" in attrs:
+        return f"{attrs['ip']}@tcp:/{attrs['filesystem']}"
+    return csi.get("volumeHandle")
+
+
 def volumes_distinct(resources: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
     handles: dict[str, set[str]] = {"datasets": set(), "checkpoints": set()}
     for type_, props in resources:
         if type_ != PV:
             continue
         kind = (_get(props, "metadata", "labels") or {}).get(VOLUME_LABEL)
-        handle = _get(props, "spec", "csi", "volumeHandle")
-        if kind in handles and isinstance(handle, str):
-            handles[kind].add(handle)
+        csi = _get(props, "spec", "csi") or {}
+        # Both name the volume: the handle (a cloud's file system id) and what gets mounted.
+        for handle in {csi.get("volumeHandle"), mount_source(csi)}:
+            if kind in handles and isinstance(handle, str):
+                handles[kind].add(handle)
     shared = sorted(handles["datasets"] & handles["checkpoints"])
     if shared:
         return [f"dataset and checkpoint volumes must be distinct; both use {', '.join(shared)}"]

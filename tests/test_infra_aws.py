@@ -42,6 +42,7 @@ STACK = CloudStack("aws-p5", "pulumi_aws", "aws")
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "aws:eks/nodeGroup:NodeGroup"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
+ADDON = "aws:eks/addon:Addon"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -228,12 +229,58 @@ def test_fsx_lustre_file_systems_security_group_and_pvs(plan: OfflinePlan) -> No
     assert lustre_in == {(988, 988), (1018, 1023)}
     pvs = {r.inputs["metadata"]["name"]: r.inputs for r in plan.of_type(PV)}
     ds = pvs["lustre-datasets-training"]
-    assert ds["spec"]["csi"]["volumeHandle"] == "aws-p5-datasets.fsx.offline.invalid@tcp:/datasetsmnt"
     assert ds["spec"]["csi"]["readOnly"] is True
     assert ds["metadata"]["annotations"]["gpufleet.io/mount-path"] == "/lustre/datasets"
     ck = pvs["lustre-checkpoints-training"]
-    assert ck["spec"]["csi"]["volumeHandle"] == "aws-p5-checkpoints.fsx.offline.invalid@tcp:/checkpointsmnt"
     assert ck["metadata"]["annotations"]["gpufleet.io/mount-path"] == "/lustre/checkpoints"
+
+
+def test_fsx_pvs_are_in_the_fsx_csi_drivers_static_format(plan: OfflinePlan) -> None:
+    # AWS's FSx for Lustre CSI driver (static provisioning, its examples/kubernetes/static_provisioning): the
+    # volumeHandle is the file system id, dnsname and mountname say what to mount. HPE's driver name and its
+    # <nid>:/<fsname> handle (the code before issue 32) fail here.
+    pvs = {r.inputs["metadata"]["name"]: r.inputs for r in plan.of_type(PV)}
+    for kind, mount in (("datasets", "datasetsmnt"), ("checkpoints", "checkpointsmnt")):
+        csi = pvs[f"lustre-{kind}-training"]["spec"]["csi"]
+        assert csi == {"driver": "fsx.csi.aws.com", "readOnly": kind == "datasets",
+                       "volumeHandle": f"aws-p5-{kind}-id",
+                       "volumeAttributes": {"dnsname": f"aws-p5-{kind}.fsx.offline.invalid",
+                                            "mountname": mount}}
+    assert AWS.fsx_lustre.csi.driver == "fsx.csi.aws.com"
+
+
+def test_fsx_csi_driver_is_the_eks_add_on_at_the_pinned_version_with_pod_identity(plan: OfflinePlan) -> None:
+    csi = AWS.fsx_lustre.csi
+    addon = one(plan, ADDON, "aws-p5-aws-fsx-csi-driver")
+    assert addon.inputs["addonName"] == "aws-fsx-csi-driver" and addon.inputs["clusterName"] == "aws-p5"
+    assert addon.inputs["addonVersion"] == csi.addon_version
+    # The controller's role reaches its service account through EKS Pod Identity (the add-on requires its agent).
+    (assoc,) = addon.inputs["podIdentityAssociations"]
+    assert assoc == {"roleArn": "arn:aws:iam::000000000000:role/aws-p5-fsx-csi",
+                     "serviceAccount": csi.service_account}
+    agent = one(plan, ADDON, "aws-p5-eks-pod-identity-agent")
+    assert agent.inputs["addonName"] == "eks-pod-identity-agent"
+    assert {u.rsplit("::", 1)[1] for u in addon.depends_on} >= {"aws-p5-eks-pod-identity-agent", "aws-p5-p5"}
+    role = one(plan, "aws:iam/role:Role", "aws-p5-fsx-csi").inputs
+    trust = json.loads(role["assumeRolePolicy"])["Statement"][0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    policy = one(plan, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws-p5-fsx-csi-AmazonFSxFullAccess")
+    assert policy.inputs["policyArn"] == "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+
+
+def test_no_hpe_lustre_driver_on_eks(plan: OfflinePlan) -> None:
+    # The platform layer's HPE chart (and its namespace patches) is for on-prem NIDs only.
+    assert not [r for r in plan.of_type(RELEASE) if r.name == "lustre-csi-driver"]
+    assert not [r for r in plan.of_type(PV) if r.inputs["spec"]["csi"]["driver"] == "lustre-csi.hpe.com"]
+    assert not [r for r in plan.resources if "lustre-csi-system" in json.dumps(r.inputs)]
+
+
+def test_fsx_volumes_mount_a_file_systems_root(tmp_path: Path) -> None:
+    # The FSx CSI driver mounts <dnsname>@tcp:/<mountname>: a subdir would silently be ignored.
+    problem = STACK.problem(tmp_path, lambda c: c["gpufleet:storage"]["lustre"]["datasets"].update(
+        subdir="/corpus"), "gpufleet:storage.lustre.datasets.subdir")
+    assert "FSx for Lustre CSI driver mounts a file system's root" in problem.rule
 
 
 # --- the platform layer gets the backend's provider -------------------------------------------------------
@@ -357,7 +404,7 @@ def test_plan_json_names_fabric_lustre_service_and_cost() -> None:
         "version": "1.35", "long_term_support": False, "support": "standard", "support_end": "2027-03-27",
         "as_of": "2026-12-04",
         "source": "https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html#kubernetes-release-calendar"}
-    assert {p["lustre_csi_driver"] for p in cloud["pools"]} == {"lustre-csi.hpe.com"}
+    assert {p["lustre_csi_driver"] for p in cloud["pools"]} == {"fsx.csi.aws.com"}
 
 
 def test_every_instance_type_and_price_cites_its_source() -> None:
@@ -388,7 +435,8 @@ def test_policy_rejects_public_ip_and_shared_paths(plan: OfflinePlan) -> None:
     items = resources(plan)
     for t, p in items:
         if t == PV and p["metadata"]["labels"]["gpufleet.io/volume"] == "checkpoints":
-            p["spec"]["csi"]["volumeHandle"] = "aws-p5-datasets.fsx.offline.invalid@tcp:/datasetsmnt/ckpt"
+            p["spec"]["csi"]["volumeAttributes"] = {"dnsname": "aws-p5-datasets.fsx.offline.invalid",
+                                                    "mountname": "datasetsmnt"}
     assert list(violations(items)) == ["datasets-checkpoints-distinct"]
 
 

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 pytest.importorskip("pulumi_azure_native", reason="azure extra not installed (pip install -r "
                                                    "requirements-clouds.lock): missing reference data")
 
+from gpufleet.catalog.charts import CHARTS
 from gpufleet.catalog.clouds import AZURE
+from gpufleet.infra.azure import volume_attributes
 from gpufleet.infra.offline import OfflinePlan
 from gpufleet.inputs import load_yaml
 from gpufleet.inventory import write_inventory
@@ -27,6 +29,7 @@ from tests.cloud_plan import (
     K8S_PROVIDER,
     NODE_PATCH,
     PV,
+    RELEASE,
     CloudStack,
     evaluate_spec,
     gpu_pool,
@@ -194,25 +197,48 @@ def test_managed_lustre_file_systems_and_pvs(plan: OfflinePlan) -> None:
     assert plan.named("lustre").type == "gpufleet:platform:LustreStorage"
 
 
-def test_lustre_client_installer_pins_release_and_key(plan: OfflinePlan) -> None:
-    ds = one(plan, "kubernetes:apps/v1:DaemonSet", "amlfs-lustre-client").inputs
-    pod = ds["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
-    assert init["command"][:8] == ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid"]
-    script = init["command"][-1]
-    client = AZURE.lustre_client
-    repo = client.repos["Ubuntu2404"]
-    assert f"^fpr:::::::::{client.key_fingerprint}:" in script
-    assert f"apt-cache pkgnames amlfs-lustre-client-{client.release}-" in script
-    assert 'apt-get install -y -q "$pkg=$(uname -r)"' in script
-    # The client repository follows the node image (noble for AKS 1.35's Ubuntu 24.04).
-    assert f"{repo.repo} noble main" in script and "jammy" not in script
-    assert init["image"] == repo.installer_image and init["securityContext"] == {"privileged": True}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+def test_amlfs_pvs_are_in_the_azure_lustre_csi_drivers_static_format(plan: OfflinePlan) -> None:
+    # Microsoft's Azure Managed Lustre CSI driver (static provisioning, driver-parameters.md and its pv.yaml
+    # example): volumeAttributes mgs-ip-address and fs-name; the handle is any id unique in the cluster. HPE's
+    # driver name and its bare <nid>:/<fsname> handle (the code before issue 32) fail here.
+    vols = pvs(plan)
+    for kind in ("datasets", "checkpoints"):
+        csi = vols[f"lustre-{kind}-training"]["spec"]["csi"]
+        assert csi == {"driver": "azurelustre.csi.azure.com", "readOnly": kind == "datasets",
+                       "volumeHandle": f"azure-ndv5-{kind}.mgs.offline.invalid@tcp:/lustrefs",
+                       "volumeAttributes": {"mgs-ip-address": f"azure-ndv5-{kind}.mgs.offline.invalid",
+                                            "fs-name": "lustrefs"}}
+    assert AZURE.managed_lustre.csi_driver == "azurelustre.csi.azure.com"
 
 
-def test_node_os_and_lustre_repository_follow_the_kubernetes_version(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_subdir_is_the_drivers_sub_dir_and_is_kept() -> None:
+    # The driver requires retain-sub-dir for a sub-dir of a read-only volume (nodeserver.go); these are data.
+    assert volume_attributes("10.0.0.4", "/corpus/v2") == {
+        "mgs-ip-address": "10.0.0.4", "fs-name": "lustrefs", "sub-dir": "corpus/v2", "retain-sub-dir": "true"}
+    assert volume_attributes("10.0.0.4", "/") == {"mgs-ip-address": "10.0.0.4", "fs-name": "lustrefs"}
+
+
+def test_azure_lustre_csi_chart_at_the_locks_version_replaces_the_client_daemonset(plan: OfflinePlan) -> None:
+    chart = CHARTS["azurelustre-csi-driver"]
+    release = one(plan, RELEASE, "azurelustre-csi-driver").inputs
+    # Microsoft publishes released charts in MCR as OCI artifacts; the version is the lock's (catalog default).
+    assert release["chart"] == "oci://mcr.microsoft.com/microsoft.azuremanagedlustre/azurelustre-csi-driver"
+    assert release["version"] == resolve_lock(STACK.spec()).azurelustre_csi == chart.default == "0.6.0"
+    assert release["namespace"] == "kube-system"
+    # Its node plugin tolerates the GPU pools' taints (the value replaces the chart's own list).
+    assert release["values"] == {"node": {"tolerations": [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+    # The driver installs the kernel-matched Lustre client itself: no DaemonSet of gpufleet's does.
+    assert not plan.of_type("kubernetes:apps/v1:DaemonSet")
+
+
+def test_no_hpe_lustre_driver_on_aks(plan: OfflinePlan) -> None:
+    assert not [r for r in plan.of_type(RELEASE) if r.name == "lustre-csi-driver"]
+    assert not [r for r in plan.resources if "lustre-csi-system" in json.dumps(r.inputs)]
+    assert {v["spec"]["csi"]["driver"] for v in pvs(plan).values()} == {"azurelustre.csi.azure.com"}
+
+
+def test_node_os_follows_the_kubernetes_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUFLEET_TODAY", "2026-11-01")  # 1.34 still in community support
 
     def change(cfg: dict[str, Any]) -> None:
@@ -220,9 +246,13 @@ def test_node_os_and_lustre_repository_follow_the_kubernetes_version(tmp_path: P
 
     plan = evaluate_spec(STACK.variant(tmp_path, change))
     assert {r.inputs["osSKU"] for r in plan.of_type(POOL)} == {"Ubuntu2204"}
-    script = one(plan, "kubernetes:apps/v1:DaemonSet", "amlfs-lustre-client").inputs["spec"]["template"]["spec"][
-        "initContainers"][0]["command"][-1]
-    assert "amlfs-jammy/ jammy main" in script
+
+
+def test_non_ubuntu_node_images_are_refused(tmp_path: Path) -> None:
+    # Microsoft's driver runs on AKS Ubuntu node pools only (use-csi-driver-kubernetes): the grammar takes those.
+    problem = STACK.problem(tmp_path, lambda c: gpu_pool(c).update(image="AzureLinux"),
+                            "gpufleet:pools[1].image")
+    assert "Ubuntu2(204|404)" in problem.rule
 
 
 def test_infiniband_pools_register_the_aks_infiniband_feature_first(plan: OfflinePlan) -> None:
@@ -397,7 +427,9 @@ def test_policy_rejects_public_ip_and_shared_paths(plan: OfflinePlan) -> None:
     items = resources(plan)
     for t, p in items:
         if t == PV and p["metadata"]["labels"]["gpufleet.io/volume"] == "checkpoints":
-            p["spec"]["csi"]["volumeHandle"] = "azure-ndv5-datasets.mgs.offline.invalid@tcp:/lustrefs/ckpt"
+            # The checkpoints PV pointed at a directory of the datasets file system: what the driver would mount.
+            p["spec"]["csi"]["volumeAttributes"].update({"mgs-ip-address": "azure-ndv5-datasets.mgs.offline.invalid",
+                                                         "sub-dir": "ckpt", "retain-sub-dir": "true"})
     assert list(violations(items)) == ["datasets-checkpoints-distinct"]
 
 

@@ -315,7 +315,8 @@ def test_unknown_entry_and_bad_format_are_all_listed() -> None:
         "of: "
         "driver, kernel_module, fabric_manager, nscq, cuda, cudnn, nccl, dcgm, container_toolkit, "
         "gpu_operator, "
-        "dcgm_exporter_chart, network_operator, lustre_csi, kube_prometheus_stack, aws_efa_device_plugin, kueue, rdma, "
+        "dcgm_exporter_chart, network_operator, lustre_csi, azurelustre_csi, kube_prometheus_stack, "
+        "aws_efa_device_plugin, kueue, rdma, "
         "lustre_client, kernel",
         "stacks/Pulumi.t.yaml: gpufleet:lock.versions.nccl = '2.26.2': not a valid nccl version (expected "
         "e.g. "

@@ -103,8 +103,8 @@ def test_plan_bad_stack_names_the_file() -> None:
 
 
 @pytest.mark.parametrize(("stack", "version", "support_end", "driver"), [
-    ("aws-p5", "1.35", "2027-03-27", "lustre-csi.hpe.com"),
-    ("azure-ndv5", "1.35", "2027-03-31", "lustre-csi.hpe.com"),
+    ("aws-p5", "1.35", "2027-03-27", "fsx.csi.aws.com"),
+    ("azure-ndv5", "1.35", "2027-03-31", "azurelustre.csi.azure.com"),
     ("gcp-a3mega", "REGULAR channel default", None, "lustre.csi.storage.gke.io"),
 ])
 def test_plan_shows_kubernetes_support_and_each_pools_lustre_csi_driver(

@@ -167,3 +167,34 @@ def test_gpu_pool_without_flavor_and_namespace_without_local_queue_fail_the_pack
         "GPU pool h100-b has no Kueue ResourceFlavor (spec.nodeLabels gpufleet.io/pool=h100-b): its GPUs are "
         "outside every queue's quota",
         "workload namespace training has no Kueue LocalQueue: its jobs cannot be admitted"]}
+
+
+def _lustre_pv(kind: str, csi: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return gp.PV, {"metadata": {"labels": {gp.VOLUME_LABEL: kind}}, "spec": {"csi": csi}}
+
+
+@pytest.mark.parametrize(("datasets", "checkpoints"), [
+    # AWS's FSx CSI driver: distinct file system ids, one file system behind both (dnsname, mountname).
+    ({"driver": "fsx.csi.aws.com", "volumeHandle": "fs-1", "volumeAttributes": {"dnsname": "a", "mountname": "m"}},
+     {"driver": "fsx.csi.aws.com", "volumeHandle": "fs-2", "volumeAttributes": {"dnsname": "a", "mountname": "m"}}),
+    # Microsoft's Azure Managed Lustre driver: checkpoints a sub-dir of the datasets file system.
+    ({"driver": "azurelustre.csi.azure.com", "volumeHandle": "h1",
+      "volumeAttributes": {"mgs-ip-address": "10.0.0.4", "fs-name": "lustrefs"}},
+     {"driver": "azurelustre.csi.azure.com", "volumeHandle": "h2",
+      "volumeAttributes": {"mgs-ip-address": "10.0.0.4", "fs-name": "lustrefs", "sub-dir": "ckpt"}}),
+    # GKE's driver: one instance's address and filesystem behind two handles.
+    ({"driver": "lustre.csi.storage.gke.io", "volumeHandle": "p/z/a",
+      "volumeAttributes": {"ip": "10.1.0.2", "filesystem": "lustreds"}},
+     {"driver": "lustre.csi.storage.gke.io", "volumeHandle": "p/z/b",
+      "volumeAttributes": {"ip": "10.1.0.2", "filesystem": "lustreds"}}),
+])
+def test_shared_volumes_are_seen_in_each_cloud_drivers_format(datasets: dict[str, Any],
+                                                             checkpoints: dict[str, Any]) -> None:
+    # The volumeHandle alone no longer says what a cloud driver mounts (issue 32 point 5): the policy reads the
+    # mount source from each driver's volumeAttributes.
+    assert gp.volumes_distinct([_lustre_pv("datasets", datasets), _lustre_pv("checkpoints", checkpoints)])
+    apart = {**checkpoints, "volumeAttributes": {k: v + "x" for k, v in checkpoints["volumeAttributes"].items()}}
+    assert gp.volumes_distinct([_lustre_pv("datasets", datasets), _lustre_pv("checkpoints", apart)]) == []
+    # Attributes not known yet (a preview of new file systems): nothing to compare, nothing refused.
+    unknown = {**checkpoints, "volumeAttributes": {k: None for k in checkpoints["volumeAttributes"]}}
+    assert gp.volumes_distinct([_lustre_pv("datasets", datasets), _lustre_pv("checkpoints", unknown)]) == []

@@ -40,11 +40,30 @@ class Price(_Frozen):
     source: str = Field(pattern=r"^https://\S+$")
 
 
+class FsxCsi(_Frozen):
+    """AWS's FSx for Lustre CSI driver as an EKS add-on, and what its controller's IAM role needs."""
+
+    #: The CSI driver name (its CSIDriver object, the PVs' csi.driver).
+    driver: str
+    #: EKS add-on name and the pinned add-on version.
+    addon: str
+    addon_version: str = Field(pattern=r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
+    #: The EKS Pod Identity agent add-on the driver's add-on authenticates through.
+    identity_addon: str
+    #: The controller's Kubernetes service account (the Pod Identity association's subject).
+    service_account: str
+    #: AWS managed policy of the controller's role.
+    policy: str
+    source: str = Field(pattern=r"^https://\S+$")
+    pv_source: str = Field(pattern=r"^https://\S+$")
+
+
 class FsxLustre(_Frozen):
     throughput_mbps_per_tib: list[int]
     capacity_gib_first: int
     capacity_gib_step: int
     source: str = Field(pattern=r"^https://\S+$")
+    csi: FsxCsi
 
     def capacity_ok(self, gib: int) -> bool:
         return gib == self.capacity_gib_first or gib % self.capacity_gib_step == 0
@@ -108,6 +127,10 @@ class ManagedLustre(_Frozen):
     ports: list[tuple[int, int]]
     network_source: str = Field(pattern=r"^https://\S+$")
     fsname: str
+    #: Microsoft's Azure Managed Lustre CSI driver (the chart is in the chart catalog) and its PV format's source.
+    csi_driver: str
+    csi_source: str = Field(pattern=r"^https://\S+$")
+    csi_pv_source: str = Field(pattern=r"^https://\S+$")
 
     def tier(self, throughput: int | None) -> LustreTier | None:
         return next((t for t in self.tiers if t.throughput_mbps_per_tib == throughput), None)
@@ -117,25 +140,9 @@ class ManagedLustre(_Frozen):
         return next((s.prefix for s in self.subnet_prefix if tib <= s.max_tib), None)
 
 
-class AptRepo(_Frozen):
-    repo: str = Field(pattern=r"^https://\S+/$")
-    suite: str = Field(pattern=r"^[a-z]+$")
-    installer_image: str = Field(pattern=r"^[a-z0-9./-]+:[A-Za-z0-9._-]+$")
-
-
-class LustreClient(_Frozen):
-    release: str = Field(pattern=r"^\d+\.\d+\.\d+$")
-    #: Microsoft's client repository per AKS node OS SKU (Ubuntu2204, Ubuntu2404).
-    repos: dict[str, AptRepo]
-    key_url: str = Field(pattern=r"^https://\S+$")
-    key_fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
-    source: str = Field(pattern=r"^https://\S+$")
-
-
 class AzureCatalog(_PricedCatalog):
     vm_sizes: dict[str, AzureVmSize]
     managed_lustre: ManagedLustre
-    lustre_client: LustreClient
 
 
 class GcpMachineType(_Frozen):

@@ -15,7 +15,8 @@ What gets built (docs/clouds.md has the why of each piece):
 - The EFA security group: all traffic from and to itself (EFA's requirement), on every GPU node's interfaces.
 - FSx for Lustre PERSISTENT_2, one file system for datasets and one for checkpoints (throughput per TiB from
   the stack), with its own security group (Lustre ports from the nodes) and an optional S3 data repository
-  association; the platform layer's Lustre CSI PVs point at them.
+  association; AWS's FSx for Lustre CSI driver (the EKS add-on, its controller's IAM role through EKS Pod
+  Identity) mounts them, and the platform layer's PVs point at them in that driver's format.
 - The EFA device plugin (Helm, chart pinned by the lock and the chart catalog) on the EFA nodes.
 """
 
@@ -135,14 +136,6 @@ def kubeconfig(cluster: aws.eks.Cluster, region: str) -> pulumi.Output[str]:
                                                   cluster.certificate_authority.data).apply(render))
 
 
-def _handle(subdir: str) -> Any:
-    def render(args: list[Any]) -> str:
-        dns, mount = args
-        return f"{dns}@tcp:/{mount}{'' if subdir == '/' else subdir}"
-
-    return render
-
-
 def _b64(text: pulumi.Input[str]) -> pulumi.Output[str]:
     return pulumi.Output.from_input(text).apply(lambda t: base64.b64encode(t.encode()).decode())
 
@@ -166,14 +159,18 @@ class AwsCluster(pulumi.ComponentResource):
         self._cluster(name, spec, cfg)
         self.efa_sg = self._efa_security_group(name)
         self.pools = [self._pool(name, spec, pool) for pool in spec.pools]
-        self.lustre_volume_handles = self._lustre(name, spec, cfg)
+        self.lustre_volume_handles, self.lustre_volume_attributes = self._lustre(name, spec, cfg)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig(self.cluster, cfg.region),
                                      enable_server_side_apply=True,
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_groups))
         if any(p.fabric == "efa" for p in spec.gpu_pools):
             self._efa_device_plugin(spec, lock)
-        self.handles = BackendHandles(provider=self.provider, pools=self.pools, inventory_source={},
-                                      lustre_volume_handles=self.lustre_volume_handles)
+        self.fsx_csi_addon = self._fsx_csi_addon(name) if spec.storage.lustre is not None else None
+        self.handles = BackendHandles(
+            provider=self.provider, pools=self.pools, inventory_source={},
+            lustre_volume_handles=self.lustre_volume_handles,
+            lustre_csi_driver=AWS.fsx_lustre.csi.driver if spec.storage.lustre is not None else None,
+            lustre_volume_attributes=self.lustre_volume_attributes)
         self.register_outputs({"cluster": self.cluster.name, "vpc": self.vpc.id})
 
     def _opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
@@ -222,10 +219,13 @@ class AwsCluster(pulumi.ComponentResource):
     # --- EKS ----------------------------------------------------------------------------------------------
 
     def _role(self, name: str, service: str, policies: tuple[str, ...]) -> aws.iam.Role:
+        """A role ``service`` assumes, with AWS managed ``policies`` (``arn:aws:iam::aws:policy/<name>``)."""
         role = aws.iam.Role(name, assume_role_policy=json.dumps({
             "Version": "2012-10-17",
+            # EKS (the cluster) and EKS Pod Identity (pods.eks) tag the session they assume the role with.
             "Statement": [{"Effect": "Allow", "Principal": {"Service": service},
-                           "Action": ["sts:AssumeRole", *(["sts:TagSession"] if service.startswith("eks") else [])]}]}),
+                           "Action": ["sts:AssumeRole",
+                                      *(["sts:TagSession"] if "eks.amazonaws.com" in service else [])]}]}),
             opts=self._opts())
         for policy in policies:
             aws.iam.RolePolicyAttachment(f"{name}-{policy}", role=role.name,
@@ -326,10 +326,13 @@ class AwsCluster(pulumi.ComponentResource):
 
     # --- storage ------------------------------------------------------------------------------------------
 
-    def _lustre(self, name: str, spec: ClusterSpec, cfg: Aws) -> dict[str, pulumi.Output[str]]:
+    def _lustre(self, name: str, spec: ClusterSpec,
+                cfg: Aws) -> tuple[dict[str, pulumi.Output[str]], dict[str, dict[str, pulumi.Output[str]]]]:
+        """The file systems, and per volume the PV's volumeHandle and volumeAttributes in the FSx CSI driver's
+        static-provisioning format (its catalog entry's ``pv_source``)."""
         lustre = spec.storage.lustre
         if lustre is None:
-            return {}
+            return {}, {}
         sg = aws.ec2.SecurityGroup(f"{name}-fsx", vpc_id=self.vpc.id, description="FSx for Lustre",
                                    opts=self._opts())
         for lo, hi in LUSTRE_PORTS:
@@ -341,6 +344,7 @@ class AwsCluster(pulumi.ComponentResource):
         aws.vpc.SecurityGroupEgressRule(f"{name}-fsx-out", security_group_id=sg.id, ip_protocol="-1",
                                         referenced_security_group_id=sg.id, opts=self._opts())
         handles: dict[str, pulumi.Output[str]] = {}
+        attributes: dict[str, dict[str, pulumi.Output[str]]] = {}
         for kind, volume in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
             fs = aws.fsx.LustreFileSystem(
                 f"{name}-{kind}", storage_capacity=volume.capacity_gib, deployment_type="PERSISTENT_2",
@@ -352,10 +356,25 @@ class AwsCluster(pulumi.ComponentResource):
                     f"{name}-{kind}-s3", file_system_id=fs.id, data_repository_path=cfg.lustre_s3_path,
                     file_system_path="/", batch_import_meta_data_on_create=True,
                     s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}}, opts=self._opts())
-            # The platform layer's PV volumeHandle: <MGS NID>:/<fsname><subdir>; FSx's MGS is its DNS name on
-            # LNet tcp and its fsname the mount name (https://docs.aws.amazon.com/fsx/latest/LustreGuide/mounting-ec2-instance.html).
-            handles[kind] = pulumi.Output.all(fs.dns_name, fs.mount_name).apply(_handle(volume.subdir))
-        return handles
+            # The driver mounts <dnsname>@tcp:/<mountname>, the root of the file system (the stack validation
+            # refuses a subdir on aws): the volume is the file system, named by its id.
+            handles[kind] = fs.id
+            attributes[kind] = {"dnsname": fs.dns_name, "mountname": fs.mount_name}
+        return handles, attributes
+
+    def _fsx_csi_addon(self, name: str) -> aws.eks.Addon:
+        """AWS's FSx for Lustre CSI driver as the EKS add-on at the catalog's version, after the nodes (its node
+        plugin runs there). Its controller authenticates through EKS Pod Identity, which the add-on requires: the
+        agent add-on, and the role associated with the controller's service account."""
+        csi = AWS.fsx_lustre.csi
+        role = self._role(f"{name}-fsx-csi", "pods.eks.amazonaws.com", (csi.policy,))
+        agent = aws.eks.Addon(f"{name}-{csi.identity_addon}", cluster_name=self.cluster.name,
+                              addon_name=csi.identity_addon, opts=self._opts(self.node_groups))
+        return aws.eks.Addon(
+            f"{name}-{csi.addon}", cluster_name=self.cluster.name, addon_name=csi.addon,
+            addon_version=csi.addon_version,
+            pod_identity_associations=[{"role_arn": role.arn, "service_account": csi.service_account}],
+            opts=self._opts([*self.node_groups, agent]))
 
     # --- Kubernetes add-ons of this backend -----------------------------------------------------------------
 

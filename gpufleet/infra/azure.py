@@ -18,8 +18,9 @@ What gets built (docs/clouds.md has the why of each piece):
   VMs of one scale set, so a pool is one partition; in one zone, next to the file systems; AKS's own GPU driver
   off (the GPU Operator or Ansible installs the lock's); no public address; taints and labels at registration.
 - Azure Managed Lustre: one file system for datasets, one for checkpoints (SKU from the throughput per TiB),
-  whose MGS address gives the platform layer's Lustre PV handles, and the Lustre client on the nodes (a
-  DaemonSet installing Microsoft's kernel-matched client package).
+  whose MGS address the platform layer's PVs carry in the format of Microsoft's Azure Managed Lustre CSI driver;
+  that driver (Helm, chart pinned by the lock and the chart catalog) mounts them and installs the Lustre client
+  matching each node's kernel itself.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pulumi_azure_native import (
 
 from gpufleet.catalog.clouds import AZURE
 from gpufleet.catalog.kubernetes import node_os
+from gpufleet.infra import charts
 from gpufleet.infra.contract import BackendHandles, PoolHandle
 from gpufleet.infra.scheduling import FABRIC_LABEL, gpu_node_tolerations, node_labels, node_taints, taint_spec
 from gpufleet.inventory.writer import AZURE_CLUSTER_TAG, AZURE_NODE_GROUP, AZURE_POOL_TAG, AZURE_ROLE_TAG
@@ -59,9 +61,6 @@ NETWORK_CONTRIBUTOR = "4d97b98b-1d4f-4787-a291-c67834d212e7"
 POD_CIDR = "192.168.0.0/16"
 SERVICE_CIDR = "172.16.0.0/16"
 DNS_SERVICE_IP = "172.16.0.10"
-#: The Lustre client installer's namespace and name.
-CLIENT_NAMESPACE = "kube-system"
-CLIENT_NAME = "amlfs-lustre-client"
 #: The subscription feature that lands an AKS node pool's VMs on one physical InfiniBand network: without it the
 #: VMs of a pool of an InfiniBand size may be on different InfiniBand networks and RDMA between them fails
 #: (AKS's RDMA over InfiniBand prerequisites, https://azure.github.io/aks-rdma-infiniband/getting-started/prerequisites
@@ -129,70 +128,13 @@ def lustre_security_rules(nodes: str, subnet: str, location: str) -> list[dict[s
     ]
 
 
-def lustre_client_script(os_sku: str) -> str:
-    """What the installer runs on the node (through nsenter into the host): Microsoft's repository for the
-    node's Ubuntu release, trusted only when its key has the pinned fingerprint, then the client metapackage
-    of the pinned release whose version is the running kernel (it keeps kernel and Lustre modules in
-    lockstep), then the module."""
-    c = AZURE.lustre_client
-    r = c.repos[os_sku]
-    key = "/usr/share/keyrings/gpufleet-amlfs.gpg"
-    return "\n".join([
-        "set -eu",
-        f"if ! dpkg-query -W -f='${{Status}}' \"$(apt-cache pkgnames amlfs-lustre-client-{c.release}- "
-        "| sort | tail -n1)\" 2>/dev/null | grep -q 'install ok installed'; then",
-        "  export DEBIAN_FRONTEND=noninteractive",
-        f"  curl -fsSL {c.key_url} | gpg --dearmor > {key}.new",
-        f"  gpg --show-keys --with-colons {key}.new | grep -q '^fpr:::::::::{c.key_fingerprint}:'",
-        f"  mv {key}.new {key}",
-        f'  echo "deb [arch=amd64 signed-by={key}] {r.repo} {r.suite} main" > /etc/apt/sources.list.d/amlfs.list',
-        "  apt-get update -q",
-        f'  pkg="$(apt-cache pkgnames amlfs-lustre-client-{c.release}- | sort | tail -n1)"',
-        '  test -n "$pkg"',
-        '  apt-get install -y -q "$pkg=$(uname -r)"',
-        "fi",
-        "modprobe lustre",
-    ]) + "\n"
-
-
 def node_os_sku(spec: ClusterSpec, pool: NodePool | None = None) -> str:
     """The AKS OS SKU of a pool: its image, else the Ubuntu release AKS ships for the cluster's version
-    (gpufleet/catalog/kubernetes.yaml): one name for the node image and the Lustre client repository."""
+    (gpufleet/catalog/kubernetes.yaml)."""
     if pool is not None and pool.image is not None:
         return pool.image
     version = spec.azure.kubernetes_version if spec.azure is not None else ""
     return node_os("azure", version) or "Ubuntu2204"
-
-
-def lustre_client_daemonset(spec: ClusterSpec) -> dict[str, Any]:
-    """The installer: an init container enters the host's namespaces and runs :func:`lustre_client_script`
-    (AKS has no user data), then a pause container keeps the pod (and so the node's readiness) visible."""
-    r = AZURE.lustre_client.repos[node_os_sku(spec)]
-    labels = {"app.kubernetes.io/name": CLIENT_NAME, "app.kubernetes.io/part-of": "gpufleet"}
-    return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": CLIENT_NAME, "namespace": CLIENT_NAMESPACE, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "hostPID": True,
-                    "priorityClassName": "system-node-critical",
-                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
-                                    *gpu_node_tolerations(spec.gpu_pools)],
-                    "initContainers": [{
-                        "name": "install", "image": r.installer_image,
-                        "command": ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid",
-                                    "--", "sh", "-c", lustre_client_script(node_os_sku(spec))],
-                        "securityContext": {"privileged": True},
-                    }],
-                    "containers": [{"name": "pause", "image": r.installer_image, "command": ["sleep", "infinity"],
-                                    "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}}}],
-                },
-            },
-        },
-    }
 
 
 def _handle(subdir: str) -> Any:
@@ -202,6 +144,22 @@ def _handle(subdir: str) -> Any:
         return f"{mgs}@tcp:/{fsname}{'' if subdir == '/' else subdir}"
 
     return render
+
+
+def volume_attributes(mgs: pulumi.Input[str], subdir: str) -> dict[str, pulumi.Input[str]]:
+    """A static PV's volumeAttributes for Microsoft's Azure Managed Lustre CSI driver (its catalog entry's
+    ``csi_pv_source``): the file system's MGS address and name; a directory of it as ``sub-dir``, kept when the
+    pod goes (the driver requires ``retain-sub-dir`` for read-only volumes, and these directories are data)."""
+    attrs: dict[str, pulumi.Input[str]] = {"mgs-ip-address": mgs, "fs-name": AZURE.managed_lustre.fsname}
+    if subdir != "/":
+        attrs.update({"sub-dir": subdir.strip("/"), "retain-sub-dir": "true"})
+    return attrs
+
+
+def lustre_csi_values(spec: ClusterSpec) -> dict[str, Any]:
+    """Values of Microsoft's chart: its node plugin on the GPU nodes, tolerating exactly their taints (the chart's
+    own list, which the value replaces, tolerates only nvidia.com/gpu, spot and sku=gpu of the user-pool taints)."""
+    return {"node": {"tolerations": gpu_node_tolerations(spec.gpu_pools)}}
 
 
 def azurecli_kubeconfig(text: str) -> str:
@@ -252,7 +210,7 @@ class AzureCluster(pulumi.ComponentResource):
         self._cluster(name)
         self.pools = [PoolHandle(p, (), taints_at_registration=True) for p in spec.pools]
         self.agent_pools = [self._agent_pool(name, p) for p in spec.pools if p is not self.system_pool]
-        self.lustre_volume_handles = self._lustre(name, tib)
+        self.lustre_volume_handles, self.lustre_volume_attributes = self._lustre(name, tib)
         credentials = containerservice.list_managed_cluster_user_credentials_output(
             resource_group_name=self.group.name, resource_name=self.cluster.name, format="exec",
             opts=pulumi.InvokeOutputOptions(parent=self, provider=self.azure_provider))
@@ -260,12 +218,12 @@ class AzureCluster(pulumi.ComponentResource):
             f"{name}-k8s", kubeconfig=pulumi.Output.secret(credentials.apply(_kubeconfig)),
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, *self.agent_pools]))
-        if lustre is not None:
-            ds = lustre_client_daemonset(spec)
-            k8s.apps.v1.DaemonSet(CLIENT_NAME, metadata=ds["metadata"], spec=ds["spec"],
-                                  opts=pulumi.ResourceOptions(parent=self, provider=self.provider))
-        self.handles = BackendHandles(provider=self.provider, pools=self.pools, inventory_source={},
-                                      lustre_volume_handles=self.lustre_volume_handles)
+        self.lustre_csi_release = self._lustre_csi(spec, lock) if lustre is not None else None
+        self.handles = BackendHandles(
+            provider=self.provider, pools=self.pools, inventory_source={},
+            lustre_volume_handles=self.lustre_volume_handles,
+            lustre_csi_driver=AZURE.managed_lustre.csi_driver if lustre is not None else None,
+            lustre_volume_attributes=self.lustre_volume_attributes)
         self.register_outputs({"cluster": self.cluster.name, "vnet": self.vnet.id})
 
     def _opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
@@ -402,11 +360,13 @@ class AzureCluster(pulumi.ComponentResource):
 
     # --- storage ------------------------------------------------------------------------------------------
 
-    def _lustre(self, name: str, tib: dict[str, int]) -> dict[str, pulumi.Output[str]]:
+    def _lustre(self, name: str, tib: dict[str, int]
+                ) -> tuple[dict[str, pulumi.Output[str]], dict[str, dict[str, pulumi.Input[str]]]]:
         lustre = self.spec.storage.lustre
         if lustre is None:
-            return {}
+            return {}, {}
         handles: dict[str, pulumi.Output[str]] = {}
+        attributes: dict[str, dict[str, pulumi.Input[str]]] = {}
         for kind, volume in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
             tier = AZURE.managed_lustre.tier(volume.throughput_mbps_per_tib)
             if tier is None:  # the stack validation refuses this already
@@ -418,6 +378,19 @@ class AzureCluster(pulumi.ComponentResource):
                 filesystem_subnet=self.lustre_subnets[kind].id,
                 maintenance_window={"day_of_week": "Sunday", "time_of_day_utc": "02:00"},
                 tags={**self.tags, "gpufleet-volume": kind}, opts=self._opts())
-            # The platform layer's PV volumeHandle: <MGS address>@tcp:/lustrefs<subdir> (AMLFS's mount source).
-            handles[kind] = fs.client_info.apply(lambda info: info.mgs_address).apply(_handle(volume.subdir))
-        return handles
+            # The PV's volumeHandle only has to be unique in the cluster (the driver reads the volume from its
+            # attributes): the mount source <MGS address>@tcp:/lustrefs<subdir> is, and says what it is.
+            mgs = fs.client_info.apply(lambda info: info.mgs_address)
+            handles[kind] = mgs.apply(_handle(volume.subdir))
+            attributes[kind] = volume_attributes(mgs, volume.subdir)
+        return handles, attributes
+
+    # --- Kubernetes add-ons of this backend -----------------------------------------------------------------
+
+    def _lustre_csi(self, spec: ClusterSpec, lock: Lock) -> k8s.helm.v3.Release:
+        """Microsoft's Azure Managed Lustre CSI driver at the lock's chart version, from its OCI registry."""
+        chart = charts.azurelustre_csi(lock)
+        return k8s.helm.v3.Release(
+            chart.name, name=chart.name, chart=f"{chart.repo}/{chart.name}", version=chart.version,
+            namespace=chart.namespace, values=lustre_csi_values(spec),
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider))

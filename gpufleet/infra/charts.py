@@ -31,7 +31,8 @@ LUSTRE_NAMESPACE = CHARTS["lustre-csi-driver"].namespace
 KUEUE_NAMESPACE = CHARTS["kueue"].namespace
 #: Namespace of gpufleet's own workloads (drift CronJob, node taint Jobs).
 GPUFLEET_NAMESPACE = "gpufleet"
-#: CSI driver name registered by HPE's Lustre CSI driver (its CSIDriver object).
+#: CSI driver name registered by HPE's Lustre CSI driver (its CSIDriver object): the platform layer's driver for
+#: Lustre reached by MGS NIDs; cloud backends name their cloud's own (BackendHandles.lustre_csi_driver).
 LUSTRE_CSI_DRIVER = "lustre-csi.hpe.com"
 
 
@@ -55,6 +56,10 @@ def network_operator(lock: Lock) -> Chart:
 
 def lustre_csi(lock: Lock) -> Chart:
     return chart("lustre-csi-driver", lock)
+
+
+def azurelustre_csi(lock: Lock) -> Chart:
+    return chart("azurelustre-csi-driver", lock)
 
 
 def kube_prometheus_stack(lock: Lock) -> Chart:

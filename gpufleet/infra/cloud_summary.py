@@ -71,8 +71,9 @@ def _gcp_pool(spec: ClusterSpec, pool: NodePool) -> tuple[dict[str, Any], Price 
 
 
 _POOLS = {"aws": _aws_pool, "azure": _azure_pool, "gcp": _gcp_pool}
-#: The Lustre CSI driver that mounts each cloud's managed Lustre on the pools' nodes (the platform layer's PVs).
-LUSTRE_CSI_DRIVERS = {"aws": "lustre-csi.hpe.com", "azure": "lustre-csi.hpe.com",
+#: The Lustre CSI driver that mounts each cloud's managed Lustre on the pools' nodes (the platform layer's PVs):
+#: each cloud's own, named in its catalog section.
+LUSTRE_CSI_DRIVERS = {"aws": AWS.fsx_lustre.csi.driver, "azure": AZURE.managed_lustre.csi_driver,
                       "gcp": GCP.managed_lustre.csi_driver}
 
 

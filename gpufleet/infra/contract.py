@@ -37,11 +37,12 @@ class BackendHandles:
     pools: list[PoolHandle]
     #: Stack output the inventory writer reads: pool name -> list of {name, address, connection, user}.
     inventory_source: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: Lustre volumes a backend made itself (``datasets``/``checkpoints`` -> the PV volumeHandle
-    #: ``<mgs nid>:/<fsname><subdir>``, known once the file systems exist); empty: the stack's mgs_nids.
+    #: Lustre volumes a backend made itself (``datasets``/``checkpoints`` -> the PV volumeHandle in its CSI
+    #: driver's format, known once the file systems exist); empty: the stack's mgs_nids.
     lustre_volume_handles: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
-    #: The CSI driver of those volumes when the cloud runs its own (GKE's Managed Lustre add-on), with each
-    #: volume's ``volumeAttributes`` in that driver's PV format; None: the platform layer's Lustre CSI chart.
+    #: The CSI driver of those volumes: the cloud's own (GKE's Managed Lustre add-on, the EKS FSx for Lustre
+    #: add-on, Microsoft's Azure Managed Lustre chart), which the backend installs, with each volume's
+    #: ``volumeAttributes`` in that driver's PV format; None: the platform layer's Lustre CSI chart (HPE's).
     lustre_csi_driver: str | None = None
     lustre_volume_attributes: Mapping[str, Mapping[str, pulumi.Input[str]]] = field(default_factory=dict)
     #: Names of the Nodes registered in the cluster when the program ran (``gpufleet.infra.registered_nodes``):

@@ -174,9 +174,10 @@ def lustre_volumes(spec: ClusterSpec, handles: Mapping[str, Any] | None = None, 
                    attributes: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A PersistentVolume and a claim per workload namespace for datasets (read-only) and checkpoints.
 
-    ``handles``: volumeHandles a backend made (FSx for Lustre), by kind; otherwise from the stack's mgs_nids.
-    ``driver``/``attributes``: a cloud's own Lustre CSI driver and each volume's volumeAttributes in its format
-    (GKE's Managed Lustre driver); otherwise the platform's driver (charts.LUSTRE_CSI_DRIVER)."""
+    ``handles``: volumeHandles a backend made (a cloud's managed Lustre), by kind; otherwise from the stack's
+    mgs_nids. ``driver``/``attributes``: a cloud's own Lustre CSI driver and each volume's volumeAttributes in its
+    format (EKS's FSx for Lustre add-on, Microsoft's Azure Managed Lustre driver, GKE's Managed Lustre add-on);
+    otherwise the platform's driver for MGS NIDs (charts.LUSTRE_CSI_DRIVER, HPE's)."""
     lustre = spec.storage.lustre
     if lustre is None:
         return []

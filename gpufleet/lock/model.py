@@ -23,6 +23,7 @@ VERSION_KEYS: tuple[str, ...] = (
     "dcgm_exporter_chart",
     "network_operator",
     "lustre_csi",
+    "azurelustre_csi",
     "kube_prometheus_stack",
     "aws_efa_device_plugin",
     "kueue",
@@ -58,6 +59,7 @@ class ComponentVersions(BaseModel):
     #: Chart versions profiles may leave out: the chart catalog's default (gpufleet/catalog/charts.yaml).
     network_operator: str = Field(default_factory=lambda: chart_default("network_operator"))
     lustre_csi: str = Field(default_factory=lambda: chart_default("lustre_csi"))
+    azurelustre_csi: str = Field(default_factory=lambda: chart_default("azurelustre_csi"))
     kube_prometheus_stack: str = Field(default_factory=lambda: chart_default("kube_prometheus_stack"))
     aws_efa_device_plugin: str = Field(default_factory=lambda: chart_default("aws_efa_device_plugin"))
     kueue: str = Field(default_factory=lambda: chart_default("kueue"))

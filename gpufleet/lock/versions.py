@@ -19,6 +19,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "dcgm_exporter_chart": (r"^\d+\.\d+\.\d+$", "4.8.2"),
     "network_operator": (r"^\d+\.\d+\.\d+$", "25.7.0"),
     "lustre_csi": (r"^\d+\.\d+\.\d+$", "0.1.12"),
+    "azurelustre_csi": (r"^\d+\.\d+\.\d+$", "0.6.0"),
     "kube_prometheus_stack": (r"^\d+\.\d+\.\d+$", "88.5.3"),
     "aws_efa_device_plugin": (r"^v\d+\.\d+\.\d+$", "v0.5.7"),
     "kueue": (r"^\d+\.\d+\.\d+$", "0.19.2"),
