@@ -101,3 +101,22 @@ def test_nccl_tests_sbatch_template_accepted_by_real_slurm(host):
     assert checks["good"].status == "ok", checks["good"].message
     assert "to start at" in checks["good"].message
     assert checks["too-many-gpus"].status == "rejected", checks["too-many-gpus"].message
+
+
+def _show_config(host):
+    """`scontrol show config` as key -> value: what slurmctld runs with, not only what the file says."""
+    out = host.check_output("scontrol show config")
+    return {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in out.splitlines()) if _}
+
+
+def test_controller_runs_the_backfill_and_timeouts_for_long_gpu_jobs(host):
+    # Issue 29 point 4: bf_window covers the partition's MaxTime (10080 minutes), timeouts for large nodes.
+    if host.backend.get_hostname() != CONTROL:
+        pytest.skip("asked on the controller")
+    conf = _show_config(host)
+    assert conf["SchedulerParameters"] == "bf_continue,bf_window=10080,bf_resolution=600,bf_max_job_test=1000", conf
+    assert conf["MessageTimeout"] == "30 sec", conf
+    assert conf["SlurmdTimeout"] == "300 sec", conf
+    assert conf["UnkillableStepTimeout"] == "180 sec", conf
+    part = host.check_output("scontrol --oneliner show partition gpu")
+    assert "MaxTime=7-00:00:00" in part, part

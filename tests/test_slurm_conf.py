@@ -1,0 +1,64 @@
+"""roles/slurm's slurm.conf rendered by Ansible (the role's preflight, defaults, vars and template): the scheduler
+parameters and timeouts issue 29 asks for, and the preflight's refusal of values the Slurm documentation rules out
+(https://slurm.schedmd.com/slurm.conf.html)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.ansible_local import local_host, run_playbook
+
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path: Path, files: list[str], **group: object) -> tuple[int, str, Path]:
+    out = tmp_path / "out"
+    out.mkdir()
+    inventory = {"all": {"vars": {"out_dir": str(out), "render_files": files, **group},
+                         "children": {"system": {"hosts": {"ctl": local_host()}},
+                                      "gpu": {"hosts": {"gpu-0": local_host()}}}}}
+    res = run_playbook(tmp_path, "slurm_conf.yml", inventory)
+    return res.returncode, res.stdout + res.stderr, out
+
+
+def _settings(path: Path) -> dict[str, str]:
+    """slurm.conf's single-valued lines as key -> value (NodeName and PartitionName lines are left out)."""
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    return dict(ln.split("=", 1) for ln in lines if not ln.startswith(("NodeName=", "PartitionName=")))
+
+
+def test_backfill_and_timeouts_for_long_gpu_jobs(tmp_path: Path) -> None:
+    rc, log, out = _run(tmp_path, ["slurm.conf"])
+    assert rc == 0, log
+    conf = _settings(out / "ctl.slurm.conf")
+    # bf_window covers the partition's MaxTime (7 days, in minutes): no long job starves behind backfill.
+    assert conf["SchedulerParameters"] == "bf_continue,bf_window=10080,bf_resolution=600,bf_max_job_test=1000"
+    assert (conf["MessageTimeout"], conf["SlurmdTimeout"], conf["UnkillableStepTimeout"]) == ("30", "300", "180")
+    partition = [ln for ln in (out / "ctl.slurm.conf").read_text().splitlines() if ln.startswith("PartitionName=")]
+    assert partition == ["PartitionName=gpu Nodes=gpu-0 Default=YES MaxTime=10080 State=UP"]
+    # Every host gets the same file.
+    assert (out / "gpu-0.slurm.conf").read_text() == (out / "ctl.slurm.conf").read_text()
+
+
+def test_bf_window_follows_a_longer_partition_limit(tmp_path: Path) -> None:
+    rc, log, out = _run(tmp_path, ["slurm.conf"], slurm_partition_max_time_minutes=20160,
+                        slurm_sched_bf_continue=False, slurm_message_timeout_seconds=20)
+    assert rc == 0, log
+    conf = _settings(out / "ctl.slurm.conf")
+    assert conf["SchedulerParameters"] == "bf_window=20160,bf_resolution=600,bf_max_job_test=1000"
+    assert conf["MessageTimeout"] == "20"
+
+
+@pytest.mark.parametrize("group", [
+    {"slurm_sched_bf_window_minutes": 60},                                       # shorter than MaxTime
+    {"slurm_partition_max_time_minutes": 50000},                                 # bf_window past Slurm's 43200
+    {"slurm_message_timeout_seconds": 60},                                       # UnkillableStepTimeout < 5 x
+    {"slurm_sched_bf_resolution_seconds": 7200},                                 # past 3600
+])
+def test_preflight_refuses_what_slurm_documents_as_wrong(tmp_path: Path, group: dict[str, object]) -> None:
+    rc, log, _ = _run(tmp_path, ["slurm.conf"], **group)
+    assert rc != 0
+    assert "Assert the scheduler parameters and timeouts are consistent" in log
+    assert "slurm.conf.html says why" in log
