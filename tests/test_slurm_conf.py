@@ -62,3 +62,23 @@ def test_preflight_refuses_what_slurm_documents_as_wrong(tmp_path: Path, group: 
     assert rc != 0
     assert "Assert the scheduler parameters and timeouts are consistent" in log
     assert "slurm.conf.html says why" in log
+
+
+def test_real_hosts_isolate_gpus_with_cgroups(tmp_path: Path) -> None:
+    # Issue 29 point 1: the role's defaults (a real host): cgroup process tracking and task binding, and cgroup.conf
+    # confining each step to its GPUs' device files, cores and memory.
+    rc, log, out = _run(tmp_path, ["slurm.conf", "cgroup.conf"])
+    assert rc == 0, log
+    conf = _settings(out / "gpu-0.slurm.conf")
+    assert (conf["ProctrackType"], conf["TaskPlugin"]) == ("proctrack/cgroup", "task/cgroup,task/affinity")
+    cgroup = [ln for ln in (out / "gpu-0.cgroup.conf").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert cgroup == ["ConstrainDevices=yes", "ConstrainCores=yes", "ConstrainRAMSpace=yes"]
+    assert "Not in force" not in (out / "gpu-0.cgroup.conf").read_text()
+
+
+def test_cgroup_conf_says_when_the_plugins_do_not_read_it(tmp_path: Path) -> None:
+    rc, log, out = _run(tmp_path, ["cgroup.conf"], slurm_proctrack_type="proctrack/linuxproc",
+                        slurm_task_plugin="task/none")
+    assert rc == 0, log
+    text = (out / "ctl.cgroup.conf").read_text()
+    assert "# Not in force on this cluster: the cgroup plugins are not configured" in text
