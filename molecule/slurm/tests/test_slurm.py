@@ -145,3 +145,21 @@ def test_controller_runs_the_plugins_the_inventory_set(host):
         pytest.skip("asked on the controller")
     conf = _show_config(host)
     assert (conf["ProctrackType"], conf["TaskPlugin"]) == ("proctrack/linuxproc", "task/none"), conf
+
+
+def test_munge_key_is_the_clusters_and_readable_by_munge_only(host):
+    # Issue 29 point 6: 0400 munge:munge on every Slurm host (restored after the breaks); one key for the cluster
+    # is proven by test_a_job_crosses_munge_between_controller_and_node.
+    key = host.file("/etc/munge/munge.key")
+    assert (key.mode, key.user, key.group) == (0o400, "munge", "munge")
+    assert key.size >= 32
+
+
+def test_a_job_crosses_munge_between_controller_and_node(host):
+    # slurmctld and slurmd authenticate every message with munge: a job started on the node after the broken key
+    # was restored proves both hosts hold the same key again.
+    if host.backend.get_hostname() != CONTROL:
+        pytest.skip("submitted from the controller")
+    r = host.run("srun --nodes=1 --time=1 sha256sum /etc/munge/munge.key")
+    assert r.rc == 0, r.stderr
+    assert r.stdout.split()[0] == host.check_output("sha256sum /etc/munge/munge.key").split()[0]
