@@ -13,12 +13,14 @@ from tests.ansible_local import local_host, run_playbook
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path: Path, files: list[str], **group: object) -> tuple[int, str, Path]:
+def _run(tmp_path: Path, files: list[str], gpu: dict[str, dict[str, object]] | None = None,
+         **group: object) -> tuple[int, str, Path]:
     out = tmp_path / "out"
     out.mkdir()
+    gpu_hosts = {name: local_host(**hv) for name, hv in (gpu or {"gpu-0": {}}).items()}
     inventory = {"all": {"vars": {"out_dir": str(out), "render_files": files, **group},
                          "children": {"system": {"hosts": {"ctl": local_host()}},
-                                      "gpu": {"hosts": {"gpu-0": local_host()}}}}}
+                                      "gpu": {"hosts": gpu_hosts}}}}
     res = run_playbook(tmp_path, "slurm_conf.yml", inventory)
     return res.returncode, res.stdout + res.stderr, out
 
@@ -82,3 +84,44 @@ def test_cgroup_conf_says_when_the_plugins_do_not_read_it(tmp_path: Path) -> Non
     assert rc == 0, log
     text = (out / "ctl.cgroup.conf").read_text()
     assert "# Not in force on this cluster: the cgroup plugins are not configured" in text
+
+
+def _place(switch: str | None = None, block: str | None = None) -> dict[str, object]:
+    # What gpufleet.inventory.writer puts on a host from the stack's pools[].place / hosts[].place.
+    return {"gpufleet_place": {k: v for k, v in (("block", block), ("switch", switch)) if v}}
+
+
+def _lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+
+
+def test_topology_conf_from_the_stacks_place(tmp_path: Path) -> None:
+    # Issue 29 point 3: two leaves in one block, one leaf in another: a root joins the blocks.
+    gpu = {"gpu-a-0": _place("leaf-01", "b1"), "gpu-a-1": _place("leaf-01", "b1"),
+           "gpu-b-0": _place("leaf-02", "b1"), "gpu-c-0": _place("leaf-03", "b2")}
+    rc, log, out = _run(tmp_path, ["slurm.conf", "topology.conf"], gpu=gpu)
+    assert rc == 0, log
+    assert _lines(out / "ctl.topology.conf") == [
+        "SwitchName=leaf-01 Nodes=gpu-a-0,gpu-a-1", "SwitchName=leaf-02 Nodes=gpu-b-0",
+        "SwitchName=leaf-03 Nodes=gpu-c-0",
+        "SwitchName=b1 Switches=leaf-01,leaf-02", "SwitchName=b2 Switches=leaf-03",
+        "SwitchName=fabric-root Switches=b1,b2"]
+    assert _settings(out / "ctl.slurm.conf")["TopologyPlugin"] == "topology/tree"
+
+
+def test_topology_left_out_when_a_node_has_no_switch(tmp_path: Path) -> None:
+    gpu = {"gpu-a-0": _place("leaf-01"), "gpu-a-1": {}}
+    rc, log, out = _run(tmp_path, ["slurm.conf", "topology.conf"], gpu=gpu)
+    assert rc == 0, log
+    assert _lines(out / "ctl.topology.conf") == []
+    assert "not every compute node has a leaf switch in the stack (gpu-a-1)" in (out / "ctl.topology.conf").read_text()
+    assert "TopologyPlugin" not in _settings(out / "ctl.slurm.conf")
+
+
+def test_one_leaf_needs_no_root_and_a_bad_name_is_refused(tmp_path: Path) -> None:
+    rc, log, out = _run(tmp_path, ["topology.conf"], gpu={"gpu-0": _place("leaf-01")})
+    assert rc == 0, log
+    assert _lines(out / "ctl.topology.conf") == ["SwitchName=leaf-01 Nodes=gpu-0"]
+    (tmp_path / "bad").mkdir()
+    rc, log, _ = _run(tmp_path / "bad", ["topology.conf"], gpu={"gpu-0": _place("leaf 01\nNodes=x")})
+    assert rc != 0 and "refusing to write these into slurm.conf" in log

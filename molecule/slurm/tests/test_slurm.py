@@ -163,3 +163,16 @@ def test_a_job_crosses_munge_between_controller_and_node(host):
     r = host.run("srun --nodes=1 --time=1 sha256sum /etc/munge/munge.key")
     assert r.rc == 0, r.stderr
     assert r.stdout.split()[0] == host.check_output("sha256sum /etc/munge/munge.key").split()[0]
+
+
+def test_topology_follows_the_stacks_place(host):
+    # Issue 29 point 3: topology.conf from the GPU node's gpufleet_place (molecule.yml host_vars), as slurmctld has
+    # it: the leaf switch with the node, the block above it.
+    if host.backend.get_hostname() != CONTROL:
+        pytest.skip("asked on the controller")
+    assert _show_config(host)["TopologyPlugin"] == "topology/tree"
+    out = host.check_output("scontrol show topology")
+    switches = {m.group(1): m.group(0) for m in re.finditer(r"SwitchName=(\S+) .*", out)}
+    assert set(switches) == {"leaf-01", "b1"}, out
+    assert re.search(r"Level=0\b", switches["leaf-01"]) and f"Nodes={NODE}" in switches["leaf-01"], out
+    assert re.search(r"Level=1\b", switches["b1"]) and "Switches=leaf-01" in switches["b1"], out
