@@ -44,6 +44,8 @@ def test_cli_json() -> None:
     d = json.loads(res.stdout)
     assert [s["guid"] for s in d["switches"]] == [SPINE, LEAF]
     assert d["leaf_switches"] == 1 and len(d["hosts"]) == 24 and "controller" not in d["hosts"]
+    # What a stack's hosts[].place takes (the leaf switch each host's HCA is cabled to).
+    assert d["place"]["gpu001"] == {"switch": f"S-{LEAF}"} and len(d["place"]) == 24
     table = runner.invoke(app, ["ibnetdiscover", str(CAPTURE)], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "2 switches, 1 with HCAs, 24 hosts" in table.stdout
 
@@ -63,3 +65,14 @@ def test_not_a_capture_is_a_parse_error(tmp_path: Path, text: str) -> None:
     res = runner.invoke(app, ["ibnetdiscover", str(f), "--json"])
     assert res.exit_code == 1
     assert json.loads(res.stdout)["error"]
+
+
+def test_a_host_on_two_leaves_gets_no_single_place() -> None:
+    text = ('Switch\t36 "S-00000000000000a1"\t# "leaf a" base port 0 lid 1 lmc 0\n'
+            '[1]\t"H-0000000000000011"[1](11)\t# "gpu-0 mlx5_0" lid 5 4xNDR\n'
+            'Switch\t36 "S-00000000000000a2"\t# "leaf b" base port 0 lid 2 lmc 0\n'
+            '[1]\t"H-0000000000000012"[1](12)\t# "gpu-0 mlx5_1" lid 6 4xNDR\n'
+            '[2]\t"H-0000000000000013"[1](13)\t# "gpu-1 mlx5_0" lid 7 4xNDR\n')
+    fabric = parse_ibnetdiscover(text)
+    assert fabric.hosts_by_switch() == {"00000000000000a1": ["gpu-0"], "00000000000000a2": ["gpu-0", "gpu-1"]}
+    assert fabric.places() == {"gpu-1": {"switch": "S-00000000000000a2"}}

@@ -103,6 +103,15 @@ class Fabric:
         """Leaf switch GUID -> the hosts whose HCAs are cabled to it (sorted, each once)."""
         return {s.guid: sorted({h.host for h in s.hcas}) for s in self.switches if s.hcas}
 
+    def places(self) -> dict[str, dict[str, str]]:
+        """Host -> ``{"switch": "S-<guid>"}`` for the stack's hosts[].place, for hosts cabled to one leaf only (a
+        multi-rail host on several leaves has no single leaf switch: it is left out)."""
+        leaves: dict[str, set[str]] = {}
+        for s in self.switches:
+            for h in s.hcas:
+                leaves.setdefault(h.host, set()).add(s.guid)
+        return {h: {"switch": f"S-{next(iter(g))}"} for h, g in sorted(leaves.items()) if len(g) == 1}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "switches": [
@@ -114,6 +123,7 @@ class Fabric:
                 for s in self.switches],
             "leaf_switches": sum(1 for s in self.switches if s.level == "leaf"),
             "hosts": sorted({h.host for s in self.switches for h in s.hcas}),
+            "place": self.places(),
         }
 
 
