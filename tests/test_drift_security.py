@@ -45,7 +45,7 @@ def test_weakened_sources_are_security_findings(on_host: str, reason: str) -> No
     assert item.diff  # the diff is still shown
     data = report.to_json()
     assert data["items"][0]["severity"] == "security" and data["hosts"]["gpu-0"]["security"] is True
-    assert "security: 1 finding(s) weaken what apt trusts on gpu-0" in render_text(report)
+    assert "security: 1 finding(s) weaken what apt or munge trusts on gpu-0" in render_text(report)
 
 
 def test_the_issues_edit_trusted_replacing_signed_by_names_both() -> None:
@@ -106,3 +106,28 @@ def test_the_projects_signing_key_module_replacing_the_key_is_a_security_finding
     missing = TaskResult(**{**key.__dict__, "diff": [{**diff[0], "before": ""}]})
     (gone,) = _report(missing).items
     assert gone.severity == "security" and gone.message.endswith(f"(signing key {KEY} missing)")
+
+
+def _munge_report(msg: str) -> TaskResult:
+    # roles/slurm's "Report a munge key ..." task in check mode: a debug result with changed_when: true.
+    return TaskResult(host="gpu-0", play="p", role="slurm",
+                      task="Report a munge key that is not the cluster's or not 0400 munge:munge",
+                      action="ansible.builtin.debug", status="changed", changed=True, res={"msg": msg}, diff=[])
+
+
+@pytest.mark.parametrize(("state", "reasons"), [
+    ("sha256 " + "a" * 64 + ", the cluster key is sha256 " + "b" * 64 + "; mode 0400 munge:munge",
+     ["munge key differs from the cluster's (by digest)"]),
+    ("the cluster key; mode 0644 munge:munge", ["munge key mode or owner is not 0400 munge:munge"]),
+])
+def test_a_replaced_or_world_readable_munge_key_is_a_security_finding(state: str, reasons: list[str]) -> None:
+    msg = f"munge key /etc/munge/munge.key on gpu-0: {state} (wanted 0400 munge:munge)"
+    (item,) = _report(_munge_report(msg)).items
+    assert item.severity == "security"
+    assert item.message.endswith(f"({'; '.join(reasons)})"), item.message
+    assert "security: 1 finding(s) weaken what apt or munge trusts on gpu-0" in render_text(_report(_munge_report(msg)))
+
+
+def test_other_debug_messages_are_not_munge_findings() -> None:
+    (item,) = _report(_munge_report("would enable and start slurmd")).items
+    assert item.severity == "normal"

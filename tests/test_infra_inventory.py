@@ -28,10 +28,13 @@ def test_onprem_inventory(tmp_path: Path) -> None:
     assert sorted(children) == ["gpu", "pool_h100-a", "pool_h100-b", "pool_system", "system"]
     assert list(children["gpu"]["hosts"]) == ["gpu-a-0", "gpu-a-1", "gpu-b-0", "gpu-b-1"]
     assert list(children["system"]["hosts"]) == ["sys-0", "sys-1", "sys-2"]
+    # The pool's place reaches each host (roles/slurm builds topology.conf from it); system hosts have none.
     assert children["pool_h100-b"]["hosts"]["gpu-b-1"] == {
         "ansible_host": "192.0.2.31",
         "gpufleet_pool": "h100-b",
+        "gpufleet_place": {"block": "b1", "rack": "r02", "switch": "leaf-02"},
     }
+    assert "gpufleet_place" not in children["pool_system"]["hosts"]["sys-0"]
     cluster = load_yaml_text((tmp_path / "group_vars/all/cluster.yml").read_text())
     assert cluster["gpufleet_stack"] == "onprem-h100"
     assert cluster["gpufleet_pools"]["h100-a"] == {

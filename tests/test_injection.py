@@ -162,7 +162,7 @@ SLURM_PLAY = """\
   hosts: ctl
   connection: local
   gather_facts: false
-  vars_files: [{defaults}]
+  vars_files: [{defaults}, {role_vars}]
   tasks:
     - name: Render
       ansible.builtin.copy:
@@ -182,7 +182,7 @@ def test_slurm_conf_refuses_a_host_name_that_would_add_lines(tmp_path: Path, com
     out = tmp_path / "slurm.conf"
     play = tmp_path / "play.yml"
     roles = Path(__file__).resolve().parents[1] / "roles" / "slurm"
-    play.write_text(SLURM_PLAY.format(defaults=roles / "defaults" / "main.yml",
+    play.write_text(SLURM_PLAY.format(defaults=roles / "defaults" / "main.yml", role_vars=roles / "vars" / "main.yml",
                                       template=roles / "templates" / "slurm.conf.j2", out=out))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")} | {
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1"}

@@ -1,5 +1,5 @@
 """``gpufleet inspect``: parse saved tool output offline (``nvidia-smi -q -x``, ``topo -m``, ``nvlink -s``,
-nccl-tests logs, ``dcgmi diag``, NVMe SMART)."""
+nccl-tests logs, ``dcgmi diag``, NVMe SMART, ``ibnetdiscover``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from gpufleet.cli.contract import contract, parse_failure, print_json
 from gpufleet.errors import InputError
 from gpufleet.inputs import iter_lines, read_text
 from gpufleet.parsers import ParseError
+from gpufleet.parsers.ibnetdiscover import parse_ibnetdiscover_lines
 from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
@@ -98,6 +99,28 @@ def nccl(file: FileArg, as_json: JsonOpt = False) -> None:
     console.print(table)
     console.print(f"avg busbw (all sizes; not a gate): {_show(result.avg_busbw_gbs)} GB/s, "
                   f"out of bounds: {_show(result.out_of_bounds)}, wrong elements: {result.wrong_total}")
+
+
+@app.command("ibnetdiscover")
+@contract
+def ibnetdiscover(file: FileArg, as_json: JsonOpt = False) -> None:
+    """Parse ``ibnetdiscover`` output: switches, their GUIDs, the hosts whose HCAs hang off each, the uplinks."""
+    try:
+        fabric = parse_ibnetdiscover_lines(iter_lines(file, "log"))
+    except ParseError as e:
+        raise parse_failure(str(file), e) from None
+    data = fabric.to_dict()
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"{len(data['switches'])} switches, {data['leaf_switches']} with HCAs, "
+                        f"{len(data['hosts'])} hosts")
+    for col in ("switch GUID", "lid", "level", "hosts", "switch links (cables)"):
+        table.add_column(col)
+    for s in data["switches"]:
+        table.add_row(s["guid"], _show(s["lid"]), s["level"], ", ".join(s["hosts"]) or "-",
+                      ", ".join(f"{g}:{n}" for g, n in s["switch_links"].items()) or "-")
+    Console().print(table)
 
 
 @app.command("topo")

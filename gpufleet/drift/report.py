@@ -86,7 +86,7 @@ class DriftItem:
     message: str
     diff: str = ""
     disruptive: bool = False
-    #: ``security`` when the change weakens what apt trusts (``gpufleet.drift.security``), else ``normal``.
+    #: ``security`` when the change weakens what apt or munge trusts (``gpufleet.drift.security``), else ``normal``.
     severity: security.Severity = "normal"
 
     def line(self) -> str:
@@ -231,7 +231,8 @@ def render_text(report: DriftReport, *, diffs: bool = True) -> str:
     out.extend(f"error: {e}" for e in report.errors)
     if report.security_items:
         hosts = sorted({i.host for i in report.security_items})
-        out.append(f"security: {len(report.security_items)} finding(s) weaken what apt trusts on {', '.join(hosts)}")
+        out.append(f"security: {len(report.security_items)} finding(s) weaken what apt or munge trusts on "
+                   f"{', '.join(hosts)}")
     if report.exit_code == EXIT_IN_SYNC:
         out.append(f"in sync: {len(report.hosts)} host(s), nothing would change")
     elif report.items:

@@ -1,4 +1,4 @@
-"""Which pending changes weaken what apt trusts: those are security findings, not just "differs".
+"""Which pending changes weaken what apt or munge trusts: those are security findings, not just "differs".
 
 apt installs a package only when the repository's Release file is signed by a key the source accepts.
 Three edits on a host defeat that while every package still "installs fine": ``trusted=yes`` on a source
@@ -132,9 +132,31 @@ def task_files(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]])
     return out
 
 
+#: The key munge authenticates every Slurm message with (roles/slurm), and the start of the message the role's
+#: report task gives when a host's key is not the cluster's or not 0400 munge:munge: digests and mode, no content.
+MUNGE_KEY = "/etc/munge/munge.key"
+_MUNGE_REPORT = f"munge key {MUNGE_KEY} on "
+
+
+def munge_key_findings(action: str, res: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{path: reasons} for roles/slurm's munge key report: a key that is not the cluster's lets a host forge or
+    reject Slurm's messages, one readable by others lets anyone there forge them."""
+    msg = res.get("msg")
+    if action.rsplit(".", 1)[-1] != "debug" or not isinstance(msg, str) or not msg.startswith(_MUNGE_REPORT):
+        return {}
+    reasons = []
+    if "the cluster key is sha256" in msg:
+        reasons.append("munge key differs from the cluster's (by digest)")
+    if "mode 0400 munge:munge" not in msg:
+        reasons.append("munge key mode or owner is not 0400 munge:munge")
+    return {MUNGE_KEY: reasons or ["munge key differs from the cluster's"]}
+
+
 def task_findings(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """{path: reasons} for a changed task's files that weaken apt's trust."""
-    out: dict[str, list[str]] = {}
+    """{path: reasons} for a changed task's files that weaken apt's or munge's trust."""
+    out: dict[str, list[str]] = munge_key_findings(action, res)
+    if out:
+        return out
     for path, before, after in task_files(action, res, diffs):
         if is_source(path):
             if before is _UNKNOWN or after is _UNKNOWN:

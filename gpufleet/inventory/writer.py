@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from gpufleet import REPO_ROOT
-from gpufleet.infra.scheduling import node_taints
+from gpufleet.infra.scheduling import host_place, node_taints
 from gpufleet.inputs import dump_unsafe_yaml
 from gpufleet.spec import ClusterSpec, Host, NodePool
 
@@ -38,8 +38,14 @@ def hosts_from_outputs(inventory: Mapping[str, Sequence[Mapping[str, Any]]]) -> 
     return {pool: [Host.model_validate(dict(h)) for h in hosts] for pool, hosts in inventory.items()}
 
 
-def _host_vars(host: Host, pool: str) -> dict[str, Any]:
-    hv: dict[str, Any] = {"ansible_host": host.address, "gpufleet_pool": pool}
+def _host_vars(host: Host, pool: NodePool) -> dict[str, Any]:
+    hv: dict[str, Any] = {"ansible_host": host.address, "gpufleet_pool": pool.name}
+    # The host's network place (block, rack, leaf switch) as the stack declares it, the host's own entry over the
+    # pool's: roles/slurm's topology.conf is built from it (one fact, also the node labels Kueue reads).
+    declared = {h.name: h for h in pool.hosts}
+    place = host_place(pool, declared.get(host.name, host))
+    if place:
+        hv["gpufleet_place"] = place
     if host.connection == "docker":
         hv["ansible_connection"] = "community.docker.docker"
     if host.user:
@@ -217,7 +223,7 @@ def write_inventory(spec: ClusterSpec, lock: Any, hosts_by_pool: Mapping[str, Se
             if host.name in seen:
                 raise ValueError(f"host {host.name} is listed in more than one pool")
             seen.add(host.name)
-            group["hosts"][host.name] = _host_vars(host, pool.name)
+            group["hosts"][host.name] = _host_vars(host, pool)
             children[pool.role]["hosts"][host.name] = None
         children[f"pool_{pool.name}"] = group
     out_dir.mkdir(parents=True, exist_ok=True)
