@@ -392,14 +392,17 @@ def test_hole1_which_roles_read_the_cluster_is_derived_from_their_files() -> Non
     assert "groups" in readers["slurm"] and not readers["nvidia_driver"] and "drain" not in readers
     assert plugin.reads_cluster("site", readers) and plugin.reads_cluster("slurm", readers)
     assert not plugin.reads_cluster("nccl", readers)
-    two = {"groups": {"all": ["a", "b"], "gpu": ["b"]}}
-    assert plugin.cluster_digest(two, readers, []) != plugin.cluster_digest(
-        {"groups": {"all": ["a", "b", "c"], "gpu": ["b", "c"]}}, readers, [])
-    # Once a probing role reads other hosts' variables, every host's role inputs are in the digest.
-    hv = {"groups": {"all": ["a", "b"]}, "hostvars": {"a": {"slurm_partition": "gpu"}, "b": {}}}
-    moved = {**hv, "hostvars": {"a": {"slurm_partition": "big"}, "b": {}}}
-    assert plugin.cluster_digest(hv, readers, []) == plugin.cluster_digest(moved, readers, [])
-    assert plugin.cluster_digest(hv, {"x": ["hostvars"]}, []) != plugin.cluster_digest(moved, {"x": ["hostvars"]}, [])
+    two = {"groups": {"all": ["a", "b"], "gpu": ["b"]}, "hostvars": {"a": {}, "b": {}}}
+    three = {"groups": {"all": ["a", "b", "c"], "gpu": ["b", "c"]}, "hostvars": {"a": {}, "b": {}, "c": {}}}
+    assert plugin.cluster_digest(two, readers, []) != plugin.cluster_digest(three, readers, [])
+    # slurm renders topology.conf from every host's gpufleet_place (roles/slurm/vars/main.yml): once a probing
+    # role reads other hosts' variables, every host's role inputs are in the digest.
+    assert "hostvars" in readers["slurm"]
+    hv = {"groups": {"all": ["a", "b"]}, "hostvars": {"a": {"gpufleet_place": {"switch": "l1"}}, "b": {}}}
+    moved = {**hv, "hostvars": {"a": {"gpufleet_place": {"switch": "l2"}}, "b": {}}}
+    assert plugin.cluster_digest(hv, readers, []) != plugin.cluster_digest(moved, readers, [])
+    groups_only = {"x": ["groups"]}
+    assert plugin.cluster_digest(hv, groups_only, []) == plugin.cluster_digest(moved, groups_only, [])
 
 
 def test_hole5_start_at_task_records_nothing(tmp_path: Path, host: Path) -> None:

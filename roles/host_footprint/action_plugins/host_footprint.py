@@ -157,7 +157,7 @@ def cluster_digest(variables: Mapping[str, Any], readers: Mapping[str, Any], exc
     if any("hostvars" in words for words in readers.values()):
         hostvars = variables.get("hostvars") or {}
         prefixes, names = role_prefixes(), default_names()
-        payload["hosts"] = {str(h): select_inputs(hostvars[h], prefixes, exclude, names)
+        payload["hosts"] = {str(h): select_inputs(hostvars.get(h) or {}, prefixes, exclude, names)
                             for h in sorted(groups.get("all") or [])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
