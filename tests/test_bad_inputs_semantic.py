@@ -218,3 +218,23 @@ def test_system_paths_are_the_roles_list() -> None:
     assert {"/", "/usr", "/boot", "/etc", "/var", "/home", "/tmp"} <= set(system_paths())
     preflight = (REPO_ROOT / "roles" / "local_scratch" / "tasks" / "preflight.yml").read_text()
     assert "not in local_scratch_system_paths" in preflight and "'/usr'" not in preflight
+
+
+def test_the_roles_preflight_refuses_every_spelling_of_a_system_directory(tmp_path: Path) -> None:
+    """The role compares the path as written with its list, so it refuses a path that is not in its one
+    spelling (inventories written by hand never went through the stack's normalisation)."""
+    from tests.ansible_local import local_host, run_playbook
+
+    lsblk = str(Path(__file__).parent / "fixtures" / "lsblk" / "dgx-h100_8-empty-u2.json")
+    paths = {"usr-slash": "/usr/", "dot-dot": "/x/../usr", "usr": "/usr", "double": "//usr", "etc": "/etc",
+             "good": "/scratch", "good-nested": "/data/scratch"}
+    hosts = {name: local_host(local_scratch_mount_path=path, local_scratch_lsblk_json_file=lsblk,
+                              ansible_become=False) for name, path in paths.items()}
+    res = run_playbook(tmp_path, "local_scratch_preflight.yml", {"all": {"hosts": hosts}})
+    log = " ".join(res.stdout.split())
+    assert res.returncode == 2, res.stdout + res.stderr  # the refused hosts fail, the good ones plan
+    for name, path in paths.items():
+        refused_here = f"local_scratch: local_scratch_mount_path={path}," in log
+        assert refused_here == (not name.startswith("good")), (name, res.stdout)
+    recap = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("good")]
+    assert len(recap) == 2 and all("failed=0" in r for r in recap), recap
