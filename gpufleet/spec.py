@@ -778,6 +778,21 @@ class ClusterSpec(_Strict):
         return [p for p in self.pools if p.role == "system"]
 
 
+#: Key names whose values are, or when mistyped may be, secrets: an error names the key and never shows the value.
+SECRET_NAME = re.compile(r"kubeconfig|passw|secret|token|credential|private|_key\b|_key_|apikey", re.IGNORECASE)
+
+
+def _shown(loc: tuple[int | str, ...], value: Any, kind: str) -> Any:
+    """The value an error shows for ``loc``: redacted where it may be a secret, i.e. under a secret-like key
+    name, a key gpufleet does not read (a mistyped ``kubeconfg`` holds the kubeconfig), or pasted key
+    material (a private key where the public one belongs)."""
+    if kind == "extra_forbidden" or any(isinstance(part, str) and SECRET_NAME.search(part) for part in loc):
+        return REDACTED
+    if isinstance(value, str) and "-----BEGIN" in value:
+        return REDACTED
+    return value
+
+
 #: Stack config keys (without namespace) mapped to ClusterSpec fields.
 _FIELDS = {
     "backend": "backend",
@@ -872,17 +887,19 @@ def read_config(path: Path) -> dict[str, Any]:
     raw = load_yaml(path)
     if raw is None:
         raw = {}
+    # What is not a stack file is not shown: --stack may name a credentials file by mistake (or a symlink to one).
     if not isinstance(raw, dict):
-        raise _problem(path, "-", raw, f"a stack file is a mapping with a config: section, not a "
+        raise _problem(path, "-", REDACTED, f"a stack file is a mapping with a config: section, not a "
                        f"{type(raw).__name__}", "write `config:` with gpufleet:<key>: <value> entries under it "
                        "(see docs/stack-config.md)")
     config = raw.get("config") or {}
     if not isinstance(config, dict):
-        raise _problem(path, "config", config, "must be a mapping", "write config: as key: value pairs")
+        raise _problem(path, "config", REDACTED, f"must be a mapping, not a {type(config).__name__}",
+                       "write config: as key: value pairs")
     out: dict[str, Any] = {}
     for key, value in config.items():
         if not isinstance(key, str):
-            raise _problem(path, f"config.{key!r}", value, f"config keys are strings, not {type(key).__name__}",
+            raise _problem(path, f"config.{key!r}", REDACTED, f"config keys are strings, not {type(key).__name__}",
                            "write keys as <namespace>:<key>, e.g. gpufleet:backend")
         if key.startswith(f"{NAMESPACE}:"):
             out[key.split(":", 1)[1]] = value
@@ -903,13 +920,15 @@ def _check_keys(path: Path, cfg: dict[str, Any]) -> list[ConfigProblem]:
                     f"remove it from the file (and rotate it: it was exposed), then: pulumi config set "
                     f"--secret {NAMESPACE}:{key} \"$(cat ~/.kube/config)\" --stack <stack>"))
             continue
+        # gpufleet does not read these values, so an error has no need to show them (a mistyped secret key
+        # holds the secret).
         if key in NOT_READ:
             rule, fix = NOT_READ[key]
-            problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, rule, fix))
+            problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", REDACTED, rule, fix))
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {NAMESPACE}:{close[0]}?" if close else f"known keys: {', '.join(known)}"
-        problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, "unknown key (it would be ignored)",
+        problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", REDACTED, "unknown key (it would be ignored)",
                                       f"{hint} (docs/stack-config.md lists every key)"))
     return problems
 
@@ -935,7 +954,7 @@ def load_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
         for err in e.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
             msg = err["msg"].removeprefix("Value error, ")
-            value = _lookup(data, loc) if err["type"] != "missing" else None
+            value = _shown(loc, _lookup(data, loc), err["type"]) if err["type"] != "missing" else None
             fix = _fix_for(err["type"], loc, msg, err.get("ctx") or {})
             problems.append(ConfigProblem(str(path), _key_path(loc), value, msg, fix))
     else:
