@@ -475,3 +475,19 @@ def test_ansible_task_timeout_is_named(value: str, monkeypatch: pytest.MonkeyPat
     with pytest.raises(InputError, match="not a number of seconds") as e:
         check_drift(Target(tmp_path / "hosts.yml", None, "lab"))
     assert e.value.problems[0].key == "ANSIBLE_TASK_TIMEOUT"
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (["--controller-cores", "0"], "--controller-cores"),   # blamed --nodes on the old code
+    (["--controller-cores", "nan"], "--controller-cores"),
+    (["--controller-cores", "inf"], "--controller-cores"),  # passed on the old code: no controller bound left
+    (["--forks", "0"], "--forks"),
+    (["--slices", "0"], "--slices"),
+    (["--nodes", "10", "--slices", "11"], "--slices"),
+    (["--nodes", "0"], "--nodes"),
+])
+def test_scale_model_errors_name_the_option_that_is_wrong(args: list[str], key: str) -> None:
+    code, stdout, _ = invoke(["bench", "scale-model", *args, "--json"])
+    assert code == 1, stdout
+    error = json.loads(stdout)["error"]
+    assert error["key"] == key and error["fix"].startswith("pass ") and key in error["message"], error
