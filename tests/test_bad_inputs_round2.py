@@ -483,7 +483,7 @@ def test_ansible_task_timeout_is_named(value: str, monkeypatch: pytest.MonkeyPat
     (["--controller-cores", "inf"], "--controller-cores"),  # passed on the old code: no controller bound left
     (["--forks", "0"], "--forks"),
     (["--slices", "0"], "--slices"),
-    (["--nodes", "10", "--slices", "11"], "--slices"),
+    (["--nodes", "10", "--slices", "11"], "--nodes"),
     (["--nodes", "0"], "--nodes"),
 ])
 def test_scale_model_errors_name_the_option_that_is_wrong(args: list[str], key: str) -> None:

@@ -107,20 +107,19 @@ def scale_model_command(
 def _check_scale_options(nodes: list[int], forks: int, slices: int, controller_cores: float) -> None:
     """Each option checked on its own, so that an error names the option that is wrong (the model's own check
     cannot tell which one it was given)."""
-    checks: list[tuple[str, Any, bool, str]] = [
-        ("--forks", forks, forks >= 1, "pass --forks 1 or more"),
-        ("--slices", slices, slices >= 1, "pass --slices 1 or more"),
+    checks: list[tuple[str, Any, bool, str, str]] = [
+        ("--forks", forks, forks >= 1, "is out of range", "pass --forks 1 or more"),
+        ("--slices", slices, slices >= 1, "is out of range", "pass --slices 1 or more"),
         # nan is not > 0 and inf cores would make every controller bound vanish: a finite number of cores.
         ("--controller-cores", controller_cores, math.isfinite(controller_cores) and controller_cores > 0,
-         "pass the cores of one controller, a number > 0 (e.g. 8)"),
-        *(("--nodes", n, n >= 1, "pass fleet sizes of 1 node or more") for n in nodes),
-        *(("--slices", slices, slices <= n, f"pass --slices {n} or fewer, or --nodes {slices} or more: at most "
-           "one slice per node") for n in nodes if n >= 1),
+         "is out of range", "pass the cores of one controller, a number > 0 (e.g. 8)"),
+        *(("--nodes", n, n >= 1, "is out of range", "pass fleet sizes of 1 node or more") for n in nodes),
+        *(("--nodes", n, slices <= n, f"is fewer than --slices {slices}: at most one slice per node",
+           f"pass --nodes {slices} or more, or --slices {n} or fewer") for n in nodes if n >= 1),
     ]
-    for key, value, ok, fix in checks:
+    for key, value, ok, why, fix in checks:
         if not ok:
-            raise InputError.one("-", f"{key} {value} is out of range", fix, key=key, value=value,
-                                 kind="invalid option")
+            raise InputError.one("-", f"{key} {value} {why}", fix, key=key, value=value, kind="invalid option")
 
 
 def write_awx_vars(path: Path, costs: list[Any], fleet: Any, target_s: float) -> None:
