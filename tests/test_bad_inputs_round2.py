@@ -491,3 +491,42 @@ def test_scale_model_errors_name_the_option_that_is_wrong(args: list[str], key: 
     assert code == 1, stdout
     error = json.loads(stdout)["error"]
     assert error["key"] == key and error["fix"].startswith("pass ") and key in error["message"], error
+
+
+# --- class 7: gates that cannot be fooled by markers or concatenated runs ---------------------------------------
+
+def _gate(f: Path) -> tuple[int, list[dict[str, Any]]]:
+    code, stdout, _ = invoke(["bench", "bench-gate", str(f), "--gpu", "h100-sxm5-80gb", "--json"])
+    return code, json.loads(stdout)
+
+
+BANNER = "# Collective test starting: all_reduce_perf\n"
+
+
+@pytest.mark.parametrize("layout", ["banner", "bare", "marked-twice"])
+def test_every_run_of_a_concatenated_log_is_gated_and_the_worst_counts(tmp_path: Path, layout: str) -> None:
+    slow, fast = nccl_row("100.0"), nccl_row("417.5")
+    text = {"banner": BANNER + slow + BANNER + fast, "bare": slow + fast,
+            "marked-twice": "=== gpufleet nccl-tests all_reduce ===\n" + slow
+                            + "=== gpufleet nccl-tests all_reduce ===\n" + fast}[layout]
+    f = tmp_path / "job.txt"
+    f.write_text(text)
+    code, verdicts = _gate(f)
+    assert [v["status"] for v in verdicts] == ["fail", "pass"], verdicts  # the old code gated the last run only
+    assert code == 1
+    assert len({v["label"] for v in verdicts}) == 2
+    f.write_text(BANNER + fast + BANNER + fast)
+    code, verdicts = _gate(f)
+    assert code == 0 and [v["status"] for v in verdicts] == ["pass", "pass"]
+
+
+@pytest.mark.parametrize("marker", ["alltoall", "broadcast"])
+def test_a_marker_that_disagrees_with_the_runs_own_banner_is_refused(tmp_path: Path, marker: str) -> None:
+    f = tmp_path / "job.txt"
+    f.write_text(f"=== gpufleet nccl-tests {marker} ===\n" + BANNER + nccl_row("100.0"))
+    # The old code took the marker's word: a slow all-reduce labelled alltoall was "not gated" and passed.
+    contract_error(["bench", "bench-gate", str(f), "--gpu", "h100-sxm5-80gb", "--json"],
+                   f"the section marker says {marker} but the run's own banner or command line says all_reduce")
+    f.write_text("=== gpufleet nccl-tests all_reduce ===\n" + BANNER + nccl_row("417.5"))
+    code, verdicts = _gate(f)
+    assert code == 0 and [v["status"] for v in verdicts] == ["pass"]

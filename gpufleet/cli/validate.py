@@ -77,7 +77,7 @@ def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
     from gpufleet.catalog import GPUS, get_gpu
     from gpufleet.inputs import read_text
     from gpufleet.parsers import ParseError
-    from gpufleet.parsers.nccl import parse_nccl
+    from gpufleet.parsers.nccl import parse_nccl, split_runs
     from gpufleet.validation.bench import gate_result, split_log
 
     if gpu not in GPUS:
@@ -92,14 +92,26 @@ def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
     texts = [(f, read_text(f, "log")) for f in files]
     verdicts = []
     for f, text in texts:
-        parts = split_log(text) or {"": text}
-        for coll, body in parts.items():
-            label = f"{f.stem}:{coll}" if coll else f.stem
+        # Every run is gated, each on its own (the worst decides): concatenated logs or a collective marked
+        # twice must not be judged by their last run only.
+        runs = [(coll, run) for coll, body in (split_log(text) or [("", text)]) for run in split_runs(body)]
+        for i, (coll, body) in enumerate(runs, 1):
+            label = (f"{f.stem}:{coll}" if coll else f.stem) + (f"#{i}" if len(runs) > 1 else "")
+            where = str(f) + (f" ({coll})" if coll else "") + (f" (run {i} of {len(runs)})" if len(runs) > 1 else "")
             try:
                 result = parse_nccl(body)
+            except ParseError as e:
+                raise parse_failure(where, e) from None
+            if coll and result.collective is not None and result.collective != coll:
+                # The marker is the job template's label; the log's own banner or command line is what ran.
+                raise InputError([ConfigProblem(
+                    where, "-", coll, f"the section marker says {coll} but the run's own banner or command line "
+                    f"says {result.collective}", "pass the job's unmodified log (the marker is printed by the "
+                    "bench templates before each collective's command)")], kind="parse error")
+            try:
                 verdicts.append(gate_result(result, model, label, collective=coll or None))
             except ParseError as e:
-                raise parse_failure(str(f) + (f" ({coll})" if coll else ""), e) from None
+                raise parse_failure(where, e) from None
     return verdicts
 
 
