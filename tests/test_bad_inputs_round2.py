@@ -530,3 +530,20 @@ def test_a_marker_that_disagrees_with_the_runs_own_banner_is_refused(tmp_path: P
     f.write_text("=== gpufleet nccl-tests all_reduce ===\n" + BANNER + nccl_row("417.5"))
     code, verdicts = _gate(f)
     assert code == 0 and [v["status"] for v in verdicts] == ["pass"]
+
+
+# --- class 9: renderer options checked where they enter, naming the option ------------------------------------
+
+@pytest.mark.parametrize(("option", "value", "fragment"), [
+    ("--nccl-tests-dir", "/opt/nccl tests", "not an absolute path of plain characters"),  # a traceback before
+    ("--nccl-tests-dir", "build\n#SBATCH --uid=0", "not an absolute path of plain characters"),
+    ("--image", "my image:1", "not an image reference pinned by tag or digest"),  # reached the manifests before
+    ("--image", "nccl-tests:1\n  privileged: true", "not an image reference pinned by tag or digest"),
+])
+def test_bench_render_options_are_the_contract(tmp_path: Path, option: str, value: str, fragment: str) -> None:
+    f = tmp_path / "Pulumi.lab.yaml"
+    f.write_text(GOOD)
+    stderr = contract_error(["bench", "bench-render", "--stack", str(f), "--out", str(tmp_path / "b"), option, value,
+                             "--no-check"], fragment)
+    assert stderr.splitlines()[1].startswith(f"- {option}: {option} = "), stderr
+    assert not (tmp_path / "b").exists()

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -272,6 +273,7 @@ def bench_render(
     from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.lock import load_lock
     from gpufleet.outdir import claim
+    from gpufleet.spec import ABS_PATH, PINNED_IMAGE
     from gpufleet.validation.bench import (
         BenchSettings,
         check_sbatch,
@@ -287,6 +289,17 @@ def bench_render(
         raise InputError([ConfigProblem("--gpus-directive", "--gpus-directive", gpus_directive,
                                         "not one of gpus-per-node, gres, none",
                                         "pass --gpus-directive gpus-per-node, gres or none")], kind="invalid option")
+    # Values that go verbatim into #SBATCH lines and manifests: refused here, naming the option, before any
+    # folder is made (the renderer's own check is the last defence and would not name the option).
+    if ABS_PATH.fullmatch(nccl_tests_dir) is None:
+        raise InputError([ConfigProblem("--nccl-tests-dir", "--nccl-tests-dir", nccl_tests_dir,
+                                        "not an absolute path of plain characters (letters, digits, . _ - /)",
+                                        "pass the directory of the *_perf binaries on the nodes, e.g. "
+                                        "/opt/nccl-tests/build")], kind="invalid option")
+    if re.fullmatch(PINNED_IMAGE[1:-1], image) is None:
+        raise InputError([ConfigProblem("--image", "--image", image, "not an image reference pinned by tag or "
+                                        "digest", "pass e.g. registry.example.com/nccl-tests:2.16.2 or "
+                                        "...@sha256:<digest>")], kind="invalid option")
     # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
     spec, _lock = load_lock(stack)
     out = claim(out_dir, "--out")
