@@ -547,3 +547,22 @@ def test_bench_render_options_are_the_contract(tmp_path: Path, option: str, valu
                              "--no-check"], fragment)
     assert stderr.splitlines()[1].startswith(f"- {option}: {option} = "), stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_validate_gates_nccl_logs_before_any_node_is_checked(lab: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpufleet.validation.run
+
+    ran: list[object] = []
+    monkeypatch.setattr(gpufleet.validation.run, "run_playbook", lambda *a, **k: ran.append(a))
+    bad = tmp_path / "run.txt"
+    bad.write_text("no rows here\n")
+    contract_error(["validate", "--stack", str(lab), "--nccl", str(bad), "--no-security"],
+                   "no nccl-tests result rows found")
+    assert ran == []  # the old code ran the whole validation playbook first
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "100000"])
+def test_validate_ib_rate_is_bounded(lab: Path, rate: str) -> None:
+    code, _, stderr = invoke(["validate", "--stack", str(lab), "--ib-rate", rate, "--no-security"])
+    assert code == 2 and "--ib-rate" in stderr  # 0 and -5 passed every port on the old code

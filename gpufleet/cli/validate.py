@@ -125,8 +125,11 @@ def validate_command(
     limit: Annotated[str | None, typer.Option(help="Ansible host pattern.")] = None,
     nccl: Annotated[list[Path] | None, typer.Option(
         "--nccl", help="nccl-tests log(s) of this cluster to gate and include (repeatable).")] = None,
+    # 1600 Gb/s bounds it above the fastest InfiniBand port rate on the IBTA roadmap (XDR 800, GDR 1600): a
+    # negative or zero rate would pass every port (0 silently meant "the fastest port seen").
     ib_rate: Annotated[int | None, typer.Option(
-        help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")] = None,
+        min=1, max=1600, help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")]
+    = None,
     security: Annotated[bool, typer.Option(
         "--security/--no-security",
         help="Also check apt's sources and keys for security drift (trusted=yes, signed-by, keys); fail on it.")]
@@ -154,10 +157,8 @@ def validate_command(
     policy = _action_policy(stack, apply, clear, apply_to, max_share, healthy_streak)
     resolved = resolve_stack(stack)
     spec = resolved.spec
-    # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
-    report_dir = claim(report, "--report") if report is not None else None
-    result = run_validation(resolved, limit=limit, keep=report_dir, ib_rate_gbps=ib_rate, console=console,
-                            live=sys.stderr.isatty())
+    # The logs are offline input: read and gated before the playbook runs, so that a missing or unparsable log
+    # fails at once, not after every node was checked.
     verdicts: list[BenchVerdict] = []
     if nccl:
         pool = next((p for p in spec.gpu_pools if p.gpu), None)
@@ -166,6 +167,10 @@ def validate_command(
                                  "add a gpu pool to the stack, or gate the logs with `gpufleet bench bench-gate "
                                  "--gpu MODEL`", key="gpufleet:pools", kind="invalid option")
         verdicts = _gate_logs(list(nccl), pool.gpu)
+    # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
+    report_dir = claim(report, "--report") if report is not None else None
+    result = run_validation(resolved, limit=limit, keep=report_dir, ib_rate_gbps=ib_rate, console=console,
+                            live=sys.stderr.isatty())
     print_nodes(result.nodes)
     actions: dict[str, object] | None = None
     if policy is not None:
