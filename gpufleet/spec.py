@@ -145,6 +145,17 @@ def _mount_path(value: str) -> str:
     return path
 
 
+def _device_path(value: str) -> str:
+    """A whole-disk device path under /dev, in its one spelling (``/dev//nvme2n1`` is ``/dev/nvme2n1``), so that
+    one drive listed twice is seen as one."""
+    _grammar(DEVICE_PATH, "a device path under /dev", "/dev/nvme2n1")(value)
+    path = _clean_path(value)
+    if not path.startswith("/dev/"):
+        raise PydanticCustomError("grammar", "not {what}", {"what": "a device path under /dev",
+                                                            "example": "/dev/nvme2n1"})
+    return path
+
+
 def _cidr(value: str) -> str:
     try:
         ipaddress.ip_network(value, strict=False)
@@ -202,6 +213,7 @@ _cron.grammar = ("a cron schedule: five fields (minute 0-59, hour 0-23, day 1-31
                  "0-6 or sun-sat), each *, N, N-M or a list, with an optional /step; or @hourly, @daily, ...")
 _address.grammar = "an IP address (no IPv6 zone id) or an RFC 1123 DNS name (ASCII)"  # type: ignore[attr-defined]
 _cidr.grammar = "a CIDR network"  # type: ignore[attr-defined]
+_device_path.grammar = f"a device path under /dev: `{DEVICE_PATH.pattern}`, without '..' (stored normalised)"  # type: ignore[attr-defined]
 _clean_path.grammar = ("an absolute path of letters, digits and . _ - /, without '..' segments (stored "  # type: ignore[attr-defined]
                        "normalised: /a//b/ is /a/b)")
 _mount_path.grammar = (_clean_path.grammar[:-1]  # type: ignore[attr-defined]
@@ -220,7 +232,7 @@ LustreNid = Annotated[str, AfterValidator(_grammar(LUSTRE_NID, "a Lustre NID (ad
                                                    "10.0.0.5@o2ib"))]
 CleanPath = Annotated[str, AfterValidator(_clean_path)]
 MountPath = Annotated[str, AfterValidator(_mount_path)]
-DevicePath = Annotated[str, AfterValidator(_grammar(DEVICE_PATH, "a device path under /dev", "/dev/nvme2n1"))]
+DevicePath = Annotated[str, AfterValidator(_device_path)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 NcclIfList = Annotated[str, AfterValidator(_grammar(NCCL_IF_LIST, "an NCCL interface list", "=eth0"))]
 PlainName = Annotated[str, AfterValidator(_grammar(PLAIN_NAME, "a plain name (letters, digits, . _ -)",
@@ -1330,6 +1342,14 @@ def _storage_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     """Mount paths (already in their one spelling) that collide: the scratch on a Lustre mount point hides it."""
     problems = []
     lustre, scratch = spec.storage.lustre, spec.storage.local_nvme
+    if scratch is not None:
+        first: dict[str, int] = {}
+        for i, dev in enumerate(scratch.devices):
+            key = f"{NAMESPACE}:storage.local_nvme.devices[{i}]"
+            if dev in first:
+                problems.append(ConfigProblem(str(path), key, dev, f"listed twice: {NAMESPACE}:storage.local_nvme."
+                                              f"devices[{first[dev]}] is the same drive", f"remove {key}"))
+            first.setdefault(dev, i)
     if lustre is not None and scratch is not None:
         for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
             if vol.mount_path == scratch.mount_path:
@@ -1340,11 +1360,29 @@ def _storage_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     return problems
 
 
+def _taint_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """Two taints of one pool with the same key and effect: Kubernetes refuses the node ("taints must be unique
+    by key and effect pair", k8s.io/kubernetes pkg/apis/core/validation)."""
+    problems = []
+    for i, pool in enumerate(spec.pools):
+        first: dict[tuple[str, str], int] = {}
+        for j, taint in enumerate(pool.taints):
+            key = f"{NAMESPACE}:pools[{i}].taints[{j}]"
+            pair = (taint.key, taint.effect)
+            if pair in first:
+                problems.append(ConfigProblem(
+                    str(path), key, f"{taint.key}:{taint.effect}", f"pool {pool.name} has this key and effect "
+                    f"twice ({NAMESPACE}:pools[{i}].taints[{first[pair]}]): Kubernetes refuses the node",
+                    f"remove {key}, or give it another effect"))
+            first.setdefault(pair, j)
+    return problems
+
+
 def semantic_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     """What each field's grammar cannot see: duplicates that differ only in spelling, overlapping networks,
     settings the pools' hardware cannot have, mount points that collide. Each names both places."""
     return [*_host_problems(path, spec), *_namespace_problems(path, spec), *_network_problems(path, spec),
-            *_mig_problems(path, spec), *_storage_problems(path, spec)]
+            *_mig_problems(path, spec), *_storage_problems(path, spec), *_taint_problems(path, spec)]
 
 
 def _fix_for(kind: str, loc: tuple[int | str, ...], msg: str, ctx: dict[str, Any]) -> str:

@@ -238,3 +238,24 @@ def test_the_roles_preflight_refuses_every_spelling_of_a_system_directory(tmp_pa
         assert refused_here == (not name.startswith("good")), (name, res.stdout)
     recap = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("good")]
     assert len(recap) == 2 and all("failed=0" in r for r in recap), recap
+
+
+@pytest.mark.parametrize("second", ["/dev/nvme2n1", "/dev//nvme2n1", "/dev/./nvme2n1", "/dev/nvme2n1/"])
+def test_one_drive_listed_twice_is_refused_in_any_spelling(tmp_path: Path, second: str) -> None:
+    text = HEAD + f'  gpufleet:storage: {{local_nvme: {{devices: [/dev/nvme2n1, "{second}"]}}}}\n' + POOLS
+    refused(tmp_path, text, "gpufleet:storage.local_nvme.devices[1]",
+            "listed twice: gpufleet:storage.local_nvme.devices[0] is the same drive")
+
+
+@pytest.mark.parametrize("path", ["/dev/../etc/passwd", "/dev/nvme0n1/.."])
+def test_a_device_path_that_leaves_dev_is_refused(tmp_path: Path, path: str) -> None:
+    text = HEAD + f'  gpufleet:storage: {{local_nvme: {{devices: ["{path}"]}}}}\n' + POOLS
+    refused(tmp_path, text, "gpufleet:storage.local_nvme.devices[0]", "'..'")
+
+
+def test_a_taint_key_and_effect_twice_in_a_pool_is_refused(tmp_path: Path) -> None:
+    pools = POOLS.replace("      gpu: h100-sxm5-80gb\n", "      gpu: h100-sxm5-80gb\n      taints: [{key: example.com/"
+                          "team, value: a}, {key: example.com/team, value: b}, {key: example.com/team, "
+                          "effect: NoExecute}]\n")
+    refused(tmp_path, HEAD + pools, "gpufleet:pools[1].taints[1]",
+            "pool gpu has this key and effect twice (gpufleet:pools[1].taints[0])")
