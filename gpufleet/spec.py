@@ -738,7 +738,8 @@ class ClusterSpec(_Strict):
     storage: Storage = Field(default_factory=Storage, **_doc("Shared and local storage.", {}))
     networks: Networks = Field(default_factory=Networks, **_doc("Networks.", {}))
     sandbox: Sandbox = Field(default_factory=Sandbox, **_doc("Local sandbox settings (backend local).", {}))
-    workload_namespaces: list[Namespace] = Field(default_factory=lambda: ["training"], **_doc(
+    #: At least one: GPU jobs need a namespace (Kueue's LocalQueues and the bench jobs go there).
+    workload_namespaces: list[Namespace] = Field(default_factory=lambda: ["training"], min_length=1, **_doc(
         "Namespaces where GPU workloads run (default-deny NetworkPolicies apply there): each once, none a "
         "platform namespace (a chart's in gpufleet/catalog/charts.yaml, or gpufleet).", ["training"]))
     mig_strategy: Literal["none", "single", "mixed"] = Field("none", **_doc(

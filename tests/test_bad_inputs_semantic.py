@@ -259,3 +259,12 @@ def test_a_taint_key_and_effect_twice_in_a_pool_is_refused(tmp_path: Path) -> No
                           "effect: NoExecute}]\n")
     refused(tmp_path, HEAD + pools, "gpufleet:pools[1].taints[1]",
             "pool gpu has this key and effect twice (gpufleet:pools[1].taints[0])")
+
+
+def test_no_workload_namespace_is_refused(tmp_path: Path) -> None:
+    # bench-render took the first workload namespace: an empty list was an IndexError traceback.
+    text = HEAD + "  gpufleet:workloadNamespaces: []\n" + POOLS
+    refused(tmp_path, text, "gpufleet:workloadNamespaces", "at least 1 item")
+    f = _stack(tmp_path, text)
+    contract_error(["bench", "bench-render", "--stack", str(f), "--out", str(tmp_path / "b"), "--no-check"],
+                   "gpufleet:workloadNamespaces")
