@@ -734,7 +734,9 @@ class ClusterSpec(_Strict):
     cluster_name: DnsLabel = Field(**_doc("Cluster name (DNS-1123 label).", "onprem-h100"),
                                    json_schema_extra={"default_text": "gpufleet-<stack>"})
     lock: LockConfig = Field(**_doc("The version lock.", {"profile": "h100-cuda12.8"}))
-    pools: list[NodePool] = Field(**_doc("Node pools.", [{"name": "system", "role": "system", "count": 3}]))
+    #: At least one: a stack without pools has no node to converge, validate or schedule on.
+    pools: list[NodePool] = Field(min_length=1, **_doc("Node pools.", [{"name": "system", "role": "system",
+                                                                          "count": 3}]))
     storage: Storage = Field(default_factory=Storage, **_doc("Shared and local storage.", {}))
     networks: Networks = Field(default_factory=Networks, **_doc("Networks.", {}))
     sandbox: Sandbox = Field(default_factory=Sandbox, **_doc("Local sandbox settings (backend local).", {}))

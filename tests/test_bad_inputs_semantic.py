@@ -268,3 +268,8 @@ def test_no_workload_namespace_is_refused(tmp_path: Path) -> None:
     f = _stack(tmp_path, text)
     contract_error(["bench", "bench-render", "--stack", str(f), "--out", str(tmp_path / "b"), "--no-check"],
                    "gpufleet:workloadNamespaces")
+
+
+def test_a_stack_without_pools_is_refused(tmp_path: Path) -> None:
+    # The old code accepted it: `plan` declared nothing and exited 0, `lock check` called it valid.
+    refused(tmp_path, HEAD + "  gpufleet:pools: []\n", "gpufleet:pools", "at least 1 item")
