@@ -27,7 +27,9 @@ Validation errors name the stack file, the key path (``gpufleet:pools[1].gpu``),
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -108,6 +110,52 @@ def _address(value: str) -> str:
     return value
 
 
+#: The role whose preflight refuses system directories as a mount point; its vars file holds the list (one place).
+_SCRATCH_VARS = REPO_ROOT / "roles" / "local_scratch" / "vars" / "main.yml"
+
+
+@functools.cache
+def system_paths() -> tuple[str, ...]:
+    """Directories no scratch or Lustre file system may be mounted over (roles/local_scratch/vars/main.yml)."""
+    import yaml
+
+    return tuple(yaml.safe_load(_SCRATCH_VARS.read_text(encoding="utf-8"))["local_scratch_system_paths"])
+
+
+def _clean_path(value: str) -> str:
+    """An absolute path in its one spelling: ``..`` refused (it leaves the place it names), then ``//``, ``/./``
+    and a trailing ``/`` folded (posixpath.normpath), so that comparisons and blocklists see what the kernel
+    sees: ``/usr/`` and ``/usr//`` are ``/usr``."""
+    _grammar(ABS_PATH, "an absolute path of plain characters", "/lustre/datasets")(value)
+    if ".." in value.split("/"):
+        raise PydanticCustomError("grammar", "not {what}: a '..' segment leaves the directory it names",
+                                  {"what": "a plain absolute path", "example": "/lustre/datasets"})
+    # normpath keeps a leading "//" (POSIX leaves its meaning to the system); Linux reads it as "/".
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
+def _mount_path(value: str) -> str:
+    """A mount point: a clean absolute path that is not a system directory (mounting over /usr hides the OS)."""
+    path = _clean_path(value)
+    if path in system_paths():
+        raise PydanticCustomError(
+            "system_path", "{path} is a system directory: a file system mounted there hides what the host runs "
+            "from", {"path": path, "fix": "mount it on a directory of its own, e.g. /scratch or /lustre/datasets "
+                     f"(refused: {', '.join(system_paths())})"})
+    return path
+
+
+def _device_path(value: str) -> str:
+    """A whole-disk device path under /dev, in its one spelling (``/dev//nvme2n1`` is ``/dev/nvme2n1``), so that
+    one drive listed twice is seen as one."""
+    _grammar(DEVICE_PATH, "a device path under /dev", "/dev/nvme2n1")(value)
+    path = _clean_path(value)
+    if not path.startswith("/dev/"):
+        raise PydanticCustomError("grammar", "not {what}", {"what": "a device path under /dev",
+                                                            "example": "/dev/nvme2n1"})
+    return path
+
+
 def _cidr(value: str) -> str:
     try:
         ipaddress.ip_network(value, strict=False)
@@ -165,6 +213,11 @@ _cron.grammar = ("a cron schedule: five fields (minute 0-59, hour 0-23, day 1-31
                  "0-6 or sun-sat), each *, N, N-M or a list, with an optional /step; or @hourly, @daily, ...")
 _address.grammar = "an IP address (no IPv6 zone id) or an RFC 1123 DNS name (ASCII)"  # type: ignore[attr-defined]
 _cidr.grammar = "a CIDR network"  # type: ignore[attr-defined]
+_device_path.grammar = f"a device path under /dev: `{DEVICE_PATH.pattern}`, without '..' (stored normalised)"  # type: ignore[attr-defined]
+_clean_path.grammar = ("an absolute path of letters, digits and . _ - /, without '..' segments (stored "  # type: ignore[attr-defined]
+                       "normalised: /a//b/ is /a/b)")
+_mount_path.grammar = (_clean_path.grammar[:-1]  # type: ignore[attr-defined]
+                       + "), not a system directory (roles/local_scratch/vars/main.yml)")
 _namespace.grammar = (f"a DNS-1123 label, not {', '.join(RESERVED_NAMESPACES)} "  # type: ignore[attr-defined]
                       "nor kube-*")
 
@@ -177,9 +230,9 @@ LustreFsname = Annotated[str, AfterValidator(_grammar(
     LUSTRE_FSNAME, "a Lustre file system name (1-8 letters, digits, _ or -)", "ai"))]
 LustreNid = Annotated[str, AfterValidator(_grammar(LUSTRE_NID, "a Lustre NID (address@network)",
                                                    "10.0.0.5@o2ib"))]
-AbsPath = Annotated[str, AfterValidator(_grammar(ABS_PATH, "an absolute path of plain characters",
-                                                 "/lustre/datasets"))]
-DevicePath = Annotated[str, AfterValidator(_grammar(DEVICE_PATH, "a device path under /dev", "/dev/nvme2n1"))]
+CleanPath = Annotated[str, AfterValidator(_clean_path)]
+MountPath = Annotated[str, AfterValidator(_mount_path)]
+DevicePath = Annotated[str, AfterValidator(_device_path)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 NcclIfList = Annotated[str, AfterValidator(_grammar(NCCL_IF_LIST, "an NCCL interface list", "=eth0"))]
 PlainName = Annotated[str, AfterValidator(_grammar(PLAIN_NAME, "a plain name (letters, digits, . _ -)",
@@ -371,9 +424,9 @@ class NodePool(_Strict):
 
 
 class LustreVolume(_Strict):
-    mount_path: AbsPath = Field(**_doc("Where pods and hosts mount it.", "/lustre/datasets"))
+    mount_path: MountPath = Field(**_doc("Where pods and hosts mount it.", "/lustre/datasets"))
     #: Sub-directory of the Lustre filesystem this volume exposes.
-    subdir: AbsPath = Field("/", **_doc("Sub-directory of the file system this volume exposes.", "/datasets"))
+    subdir: CleanPath = Field("/", **_doc("Sub-directory of the file system this volume exposes.", "/datasets"))
     capacity_gib: int = Field(gt=0, **_doc("Capacity of the PersistentVolume (GiB).", 1048576))
     throughput_mbps_per_tib: int | None = Field(None, **_doc("Managed Lustre throughput tier.", 250))
 
@@ -389,7 +442,7 @@ class Lustre(_Strict):
 
 
 class LocalNvme(_Strict):
-    mount_path: AbsPath = Field("/scratch", **_doc("Mount point of the local NVMe scratch.", "/scratch"))
+    mount_path: MountPath = Field("/scratch", **_doc("Mount point of the local NVMe scratch.", "/scratch"))
     raid0: bool = Field(True, **_doc("Stripe the drives into one md RAID 0 (false: exactly one drive).", True))
     devices: list[DevicePath] = Field(default_factory=list, **_doc(
         "Whole-disk drives for the scratch; empty: every NVMe disk that holds nothing (role local_scratch).",
@@ -404,7 +457,8 @@ class Storage(_Strict):
 class Networks(_Strict):
     management_cidr: Cidr | None = Field(None, **_doc(
         "Management network (Ansible, Kubernetes API, monitoring).", "192.0.2.0/24"))
-    data_cidr: Cidr | None = Field(None, **_doc("Data plane (RDMA/NCCL) network.", "198.51.100.0/24"))
+    data_cidr: Cidr | None = Field(None, **_doc(
+        "Data plane (RDMA/NCCL) network: not a /0, apart from management_cidr.", "198.51.100.0/24"))
     nccl_socket_ifname: NcclIfList | None = Field(None, **_doc(
         "Interfaces NCCL may use for bootstrap/sockets (NCCL_SOCKET_IFNAME).", "=eth0"))
     ib_hca: NcclIfList | None = Field(None, **_doc("HCAs NCCL uses (NCCL_IB_HCA).", "mlx5"))
@@ -681,14 +735,19 @@ class ClusterSpec(_Strict):
     cluster_name: DnsLabel = Field(**_doc("Cluster name (DNS-1123 label).", "onprem-h100"),
                                    json_schema_extra={"default_text": "gpufleet-<stack>"})
     lock: LockConfig = Field(**_doc("The version lock.", {"profile": "h100-cuda12.8"}))
-    pools: list[NodePool] = Field(**_doc("Node pools.", [{"name": "system", "role": "system", "count": 3}]))
+    #: At least one: a stack without pools has no node to converge, validate or schedule on.
+    pools: list[NodePool] = Field(min_length=1, **_doc("Node pools.", [{"name": "system", "role": "system",
+                                                                          "count": 3}]))
     storage: Storage = Field(default_factory=Storage, **_doc("Shared and local storage.", {}))
     networks: Networks = Field(default_factory=Networks, **_doc("Networks.", {}))
     sandbox: Sandbox = Field(default_factory=Sandbox, **_doc("Local sandbox settings (backend local).", {}))
-    workload_namespaces: list[Namespace] = Field(default_factory=lambda: ["training"], **_doc(
-        "Namespaces where GPU workloads run (default-deny NetworkPolicies apply there).", ["training"]))
+    #: At least one: GPU jobs need a namespace (Kueue's LocalQueues and the bench jobs go there).
+    workload_namespaces: list[Namespace] = Field(default_factory=lambda: ["training"], min_length=1, **_doc(
+        "Namespaces where GPU workloads run (default-deny NetworkPolicies apply there): each once, none a "
+        "platform namespace (a chart's in gpufleet/catalog/charts.yaml, or gpufleet).", ["training"]))
     mig_strategy: Literal["none", "single", "mixed"] = Field("none", **_doc(
-        "How the GPU Operator exposes MIG devices (GFD and device plugin).", "none"))
+        "How the GPU Operator exposes MIG devices (GFD and device plugin); single and mixed need a GPU pool "
+        "whose GPU has MIG (gpufleet/catalog/gpus.yaml).", "none"))
     monitoring: Monitoring = Field(default_factory=Monitoring, **_doc(
         "Who scrapes the metrics: kube-prometheus-stack installed by gpufleet, or an existing Prometheus.",
         {"mode": "kube-prometheus-stack"}))
@@ -733,6 +792,21 @@ class ClusterSpec(_Strict):
     @property
     def system_pools(self) -> list[NodePool]:
         return [p for p in self.pools if p.role == "system"]
+
+
+#: Key names whose values are, or when mistyped may be, secrets: an error names the key and never shows the value.
+SECRET_NAME = re.compile(r"kubeconfig|passw|secret|token|credential|private|_key\b|_key_|apikey", re.IGNORECASE)
+
+
+def _shown(loc: tuple[int | str, ...], value: Any, kind: str) -> Any:
+    """The value an error shows for ``loc``: redacted where it may be a secret, i.e. under a secret-like key
+    name, a key gpufleet does not read (a mistyped ``kubeconfg`` holds the kubeconfig), or pasted key
+    material (a private key where the public one belongs)."""
+    if kind == "extra_forbidden" or any(isinstance(part, str) and SECRET_NAME.search(part) for part in loc):
+        return REDACTED
+    if isinstance(value, str) and "-----BEGIN" in value:
+        return REDACTED
+    return value
 
 
 #: Stack config keys (without namespace) mapped to ClusterSpec fields.
@@ -829,17 +903,19 @@ def read_config(path: Path) -> dict[str, Any]:
     raw = load_yaml(path)
     if raw is None:
         raw = {}
+    # What is not a stack file is not shown: --stack may name a credentials file by mistake (or a symlink to one).
     if not isinstance(raw, dict):
-        raise _problem(path, "-", raw, f"a stack file is a mapping with a config: section, not a "
+        raise _problem(path, "-", REDACTED, f"a stack file is a mapping with a config: section, not a "
                        f"{type(raw).__name__}", "write `config:` with gpufleet:<key>: <value> entries under it "
                        "(see docs/stack-config.md)")
     config = raw.get("config") or {}
     if not isinstance(config, dict):
-        raise _problem(path, "config", config, "must be a mapping", "write config: as key: value pairs")
+        raise _problem(path, "config", REDACTED, f"must be a mapping, not a {type(config).__name__}",
+                       "write config: as key: value pairs")
     out: dict[str, Any] = {}
     for key, value in config.items():
         if not isinstance(key, str):
-            raise _problem(path, f"config.{key!r}", value, f"config keys are strings, not {type(key).__name__}",
+            raise _problem(path, f"config.{key!r}", REDACTED, f"config keys are strings, not {type(key).__name__}",
                            "write keys as <namespace>:<key>, e.g. gpufleet:backend")
         if key.startswith(f"{NAMESPACE}:"):
             out[key.split(":", 1)[1]] = value
@@ -860,13 +936,15 @@ def _check_keys(path: Path, cfg: dict[str, Any]) -> list[ConfigProblem]:
                     f"remove it from the file (and rotate it: it was exposed), then: pulumi config set "
                     f"--secret {NAMESPACE}:{key} \"$(cat ~/.kube/config)\" --stack <stack>"))
             continue
+        # gpufleet does not read these values, so an error has no need to show them (a mistyped secret key
+        # holds the secret).
         if key in NOT_READ:
             rule, fix = NOT_READ[key]
-            problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, rule, fix))
+            problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", REDACTED, rule, fix))
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {NAMESPACE}:{close[0]}?" if close else f"known keys: {', '.join(known)}"
-        problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", value, "unknown key (it would be ignored)",
+        problems.append(ConfigProblem(str(path), f"{NAMESPACE}:{key}", REDACTED, "unknown key (it would be ignored)",
                                       f"{hint} (docs/stack-config.md lists every key)"))
     return problems
 
@@ -892,11 +970,11 @@ def load_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
         for err in e.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
             msg = err["msg"].removeprefix("Value error, ")
-            value = _lookup(data, loc) if err["type"] != "missing" else None
+            value = _shown(loc, _lookup(data, loc), err["type"]) if err["type"] != "missing" else None
             fix = _fix_for(err["type"], loc, msg, err.get("ctx") or {})
             problems.append(ConfigProblem(str(path), _key_path(loc), value, msg, fix))
     else:
-        problems.extend(_host_problems(path, spec))
+        problems.extend(semantic_problems(path, spec))
         problems.extend(cloud_problems(spec, str(path)))
     if problems:
         raise ConfigError(problems, kind="stack file problem")
@@ -1161,24 +1239,158 @@ def _catalog_problems(spec: ClusterSpec, bad: Bad) -> None:
     rules.extra(spec, bad)
 
 
+def _same_host(host: Host) -> str | ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """What identifies the machine behind ``host.address``: an IP address as an address (``2001:db8::a`` and
+    ``2001:0db8:0:0::A`` are one, an IPv4-mapped IPv6 address is its IPv4 address), a DNS name without case, a
+    container name as written."""
+    if host.connection == "docker":
+        return host.address
+    try:
+        ip = ipaddress.ip_address(host.address)
+    except ValueError:
+        return host.address.lower()
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return mapped if mapped is not None else ip
+
+
 def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
-    """A host (by name or by address) in two places: it would get two pools' settings, or two inventory
-    entries for one machine."""
+    """A host (by name or by address, compared as what they name) in two places: it would get two pools'
+    settings, or two inventory entries for one machine."""
     problems = []
     for attr in ("name", "address"):
-        seen: dict[str, str] = {}
+        seen: dict[object, tuple[str, str, str]] = {}
         for i, pool in enumerate(spec.pools):
             for j, host in enumerate(pool.hosts):
                 value = getattr(host, attr)
+                same = _same_host(host) if attr == "address" else value
                 key = f"{NAMESPACE}:pools[{i}].hosts[{j}].{attr}"
-                if value in seen:
-                    where = f"pools {seen[value]} and {pool.name}" if seen[value] != pool.name \
-                        else f"pool {pool.name} twice"
-                    problems.append(ConfigProblem(str(path), key, value, f"host {value} is in {where}",
-                                                  f"list {value} once, in one pool"))
-                else:
-                    seen[value] = pool.name
+                if same not in seen:
+                    seen[same] = (pool.name, key, value)
+                    continue
+                first_pool, first_key, first_value = seen[same]
+                where = f"pools {first_pool} and {pool.name}" if first_pool != pool.name else f"pool {pool.name} twice"
+                spelled = f", written {first_value}" if first_value != value else ""
+                problems.append(ConfigProblem(
+                    str(path), key, value, f"host {value} is in {where} ({first_key} is the same {attr}{spelled})",
+                    f"list the host once, in one pool (remove {key} or {first_key})"))
     return problems
+
+
+def _namespace_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """Workload namespaces listed twice, or that are a platform namespace (gpufleet's own or a chart's, from
+    the chart catalog): default-deny NetworkPolicies and the workload Pod Security level would land on the GPU
+    Operator, monitoring or Kueue."""
+    from gpufleet.infra.charts import PLATFORM_NAMESPACES
+
+    problems = []
+    first: dict[str, int] = {}
+    for i, ns in enumerate(spec.workload_namespaces):
+        key = f"{NAMESPACE}:workloadNamespaces[{i}]"
+        if ns in first:
+            problems.append(ConfigProblem(str(path), key, ns, f"listed twice: {NAMESPACE}:workloadNamespaces"
+                                          f"[{first[ns]}] is {ns} too", f"remove {key}"))
+            continue
+        first[ns] = i
+        if ns in PLATFORM_NAMESPACES:
+            problems.append(ConfigProblem(
+                str(path), key, ns, f"{ns} is a platform namespace gpufleet installs into: default-deny "
+                "NetworkPolicies and the workload Pod Security level there break its components",
+                f"use a namespace of its own for workloads (not {', '.join(sorted(PLATFORM_NAMESPACES))})"))
+    return problems
+
+
+def _network_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """A /0 is every address, not a network of the cluster; the data plane and management networks are
+    separate networks (LNet and NCCL pick interfaces by the data network: overlapping, they take the
+    management NIC)."""
+    problems = []
+    nets = spec.networks
+    parsed: dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+    for field in ("management_cidr", "data_cidr"):
+        value = getattr(nets, field)
+        if value is None:
+            continue
+        net = ipaddress.ip_network(value, strict=False)
+        key = f"{NAMESPACE}:networks.{field}"
+        if net.prefixlen == 0:
+            problems.append(ConfigProblem(str(path), key, value, "a /0 is every address, not a network of the "
+                                          "cluster", f"set the {field.split('_')[0]} network's own prefix, e.g. "
+                                          "198.51.100.0/24"))
+        else:
+            parsed[field] = net
+    mgmt, data = parsed.get("management_cidr"), parsed.get("data_cidr")
+    if mgmt is not None and data is not None and mgmt.version == data.version and mgmt.overlaps(data):
+        what = "is the management network" if mgmt == data else f"overlaps the management network {mgmt}"
+        problems.append(ConfigProblem(
+            str(path), f"{NAMESPACE}:networks.data_cidr", nets.data_cidr,
+            f"{what} ({NAMESPACE}:networks.management_cidr = {nets.management_cidr}): NCCL and LNet would use "
+            "the management interfaces for data", "set the data (RDMA) network's own range, or remove data_cidr "
+            "where there is no separate data network"))
+    return problems
+
+
+def _mig_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """A MIG strategy needs a GPU with MIG (the catalog's mig flag): on others the GPU Operator's MIG manager
+    and the device plugin's MIG strategy have nothing to partition. Models the catalog lacks are the lock
+    rules' error, not this one."""
+    from gpufleet.catalog import GPUS
+
+    known = [(p.name, p.gpu, GPUS[p.gpu]) for p in spec.gpu_pools if p.gpu in GPUS]
+    if spec.mig_strategy == "none" or any(model.mig for _, _, model in known):
+        return []
+    if not known and spec.gpu_pools:
+        return []
+    pools = ", ".join(f"{name} ({gpu})" for name, gpu, _ in known) or "none"
+    return [ConfigProblem(str(path), f"{NAMESPACE}:migStrategy", spec.mig_strategy,
+                          f"no GPU pool has a GPU with MIG (GPU pools: {pools}; gpufleet/catalog/gpus.yaml)",
+                          "set migStrategy: none, or add a pool of MIG-capable GPUs (A100, H100, H200, B200)")]
+
+
+def _storage_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """Mount paths (already in their one spelling) that collide: the scratch on a Lustre mount point hides it."""
+    problems = []
+    lustre, scratch = spec.storage.lustre, spec.storage.local_nvme
+    if scratch is not None:
+        first: dict[str, int] = {}
+        for i, dev in enumerate(scratch.devices):
+            key = f"{NAMESPACE}:storage.local_nvme.devices[{i}]"
+            if dev in first:
+                problems.append(ConfigProblem(str(path), key, dev, f"listed twice: {NAMESPACE}:storage.local_nvme."
+                                              f"devices[{first[dev]}] is the same drive", f"remove {key}"))
+            first.setdefault(dev, i)
+    if lustre is not None and scratch is not None:
+        for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
+            if vol.mount_path == scratch.mount_path:
+                problems.append(ConfigProblem(
+                    str(path), f"{NAMESPACE}:storage.local_nvme.mount_path", scratch.mount_path,
+                    f"is the mount path of the Lustre {name} volume ({NAMESPACE}:storage.lustre.{name}.mount_path):"
+                    " one file system would hide the other", "give the scratch its own path, e.g. /scratch"))
+    return problems
+
+
+def _taint_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """Two taints of one pool with the same key and effect: Kubernetes refuses the node ("taints must be unique
+    by key and effect pair", k8s.io/kubernetes pkg/apis/core/validation)."""
+    problems = []
+    for i, pool in enumerate(spec.pools):
+        first: dict[tuple[str, str], int] = {}
+        for j, taint in enumerate(pool.taints):
+            key = f"{NAMESPACE}:pools[{i}].taints[{j}]"
+            pair = (taint.key, taint.effect)
+            if pair in first:
+                problems.append(ConfigProblem(
+                    str(path), key, f"{taint.key}:{taint.effect}", f"pool {pool.name} has this key and effect "
+                    f"twice ({NAMESPACE}:pools[{i}].taints[{first[pair]}]): Kubernetes refuses the node",
+                    f"remove {key}, or give it another effect"))
+            first.setdefault(pair, j)
+    return problems
+
+
+def semantic_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
+    """What each field's grammar cannot see: duplicates that differ only in spelling, overlapping networks,
+    settings the pools' hardware cannot have, mount points that collide. Each names both places."""
+    return [*_host_problems(path, spec), *_namespace_problems(path, spec), *_network_problems(path, spec),
+            *_mig_problems(path, spec), *_storage_problems(path, spec), *_taint_problems(path, spec)]
 
 
 def _fix_for(kind: str, loc: tuple[int | str, ...], msg: str, ctx: dict[str, Any]) -> str:

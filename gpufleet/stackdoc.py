@@ -122,6 +122,9 @@ def render() -> str:
         "",
         *[f"- `{NAMESPACE}:{k}`: set it with `pulumi config set --secret {NAMESPACE}:{k} ...`; a clear-text value "
           "in the file is refused." for k in SECRET_KEYS],
+        "- Errors never show the value of a secret key, of a key with a secret-like name (`password`, `token`, "
+        "`*_key`, ...), of an unknown key (a mistyped secret key holds the secret) or of a file that is not a stack "
+        "file: they show `<redacted>`.",
         "",
         "## Keys that are refused with a reason",
         "",

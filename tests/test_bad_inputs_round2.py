@@ -475,3 +475,94 @@ def test_ansible_task_timeout_is_named(value: str, monkeypatch: pytest.MonkeyPat
     with pytest.raises(InputError, match="not a number of seconds") as e:
         check_drift(Target(tmp_path / "hosts.yml", None, "lab"))
     assert e.value.problems[0].key == "ANSIBLE_TASK_TIMEOUT"
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (["--controller-cores", "0"], "--controller-cores"),   # blamed --nodes on the old code
+    (["--controller-cores", "nan"], "--controller-cores"),
+    (["--controller-cores", "inf"], "--controller-cores"),  # passed on the old code: no controller bound left
+    (["--forks", "0"], "--forks"),
+    (["--slices", "0"], "--slices"),
+    (["--nodes", "10", "--slices", "11"], "--nodes"),
+    (["--nodes", "0"], "--nodes"),
+])
+def test_scale_model_errors_name_the_option_that_is_wrong(args: list[str], key: str) -> None:
+    code, stdout, _ = invoke(["bench", "scale-model", *args, "--json"])
+    assert code == 1, stdout
+    error = json.loads(stdout)["error"]
+    assert error["key"] == key and error["fix"].startswith("pass ") and key in error["message"], error
+
+
+# --- class 7: gates that cannot be fooled by markers or concatenated runs ---------------------------------------
+
+def _gate(f: Path) -> tuple[int, list[dict[str, Any]]]:
+    code, stdout, _ = invoke(["bench", "bench-gate", str(f), "--gpu", "h100-sxm5-80gb", "--json"])
+    return code, json.loads(stdout)
+
+
+BANNER = "# Collective test starting: all_reduce_perf\n"
+
+
+@pytest.mark.parametrize("layout", ["banner", "bare", "marked-twice"])
+def test_every_run_of_a_concatenated_log_is_gated_and_the_worst_counts(tmp_path: Path, layout: str) -> None:
+    slow, fast = nccl_row("100.0"), nccl_row("417.5")
+    text = {"banner": BANNER + slow + BANNER + fast, "bare": slow + fast,
+            "marked-twice": "=== gpufleet nccl-tests all_reduce ===\n" + slow
+                            + "=== gpufleet nccl-tests all_reduce ===\n" + fast}[layout]
+    f = tmp_path / "job.txt"
+    f.write_text(text)
+    code, verdicts = _gate(f)
+    assert [v["status"] for v in verdicts] == ["fail", "pass"], verdicts  # the old code gated the last run only
+    assert code == 1
+    assert len({v["label"] for v in verdicts}) == 2
+    f.write_text(BANNER + fast + BANNER + fast)
+    code, verdicts = _gate(f)
+    assert code == 0 and [v["status"] for v in verdicts] == ["pass", "pass"]
+
+
+@pytest.mark.parametrize("marker", ["alltoall", "broadcast"])
+def test_a_marker_that_disagrees_with_the_runs_own_banner_is_refused(tmp_path: Path, marker: str) -> None:
+    f = tmp_path / "job.txt"
+    f.write_text(f"=== gpufleet nccl-tests {marker} ===\n" + BANNER + nccl_row("100.0"))
+    # The old code took the marker's word: a slow all-reduce labelled alltoall was "not gated" and passed.
+    contract_error(["bench", "bench-gate", str(f), "--gpu", "h100-sxm5-80gb", "--json"],
+                   f"the section marker says {marker} but the run's own banner or command line says all_reduce")
+    f.write_text("=== gpufleet nccl-tests all_reduce ===\n" + BANNER + nccl_row("417.5"))
+    code, verdicts = _gate(f)
+    assert code == 0 and [v["status"] for v in verdicts] == ["pass"]
+
+
+# --- class 9: renderer options checked where they enter, naming the option ------------------------------------
+
+@pytest.mark.parametrize(("option", "value", "fragment"), [
+    ("--nccl-tests-dir", "/opt/nccl tests", "not an absolute path of plain characters"),  # a traceback before
+    ("--nccl-tests-dir", "build\n#SBATCH --uid=0", "not an absolute path of plain characters"),
+    ("--image", "my image:1", "not an image reference pinned by tag or digest"),  # reached the manifests before
+    ("--image", "nccl-tests:1\n  privileged: true", "not an image reference pinned by tag or digest"),
+])
+def test_bench_render_options_are_the_contract(tmp_path: Path, option: str, value: str, fragment: str) -> None:
+    f = tmp_path / "Pulumi.lab.yaml"
+    f.write_text(GOOD)
+    stderr = contract_error(["bench", "bench-render", "--stack", str(f), "--out", str(tmp_path / "b"), option, value,
+                             "--no-check"], fragment)
+    assert stderr.splitlines()[1].startswith(f"- {option}: {option} = "), stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_validate_gates_nccl_logs_before_any_node_is_checked(lab: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpufleet.validation.run
+
+    ran: list[object] = []
+    monkeypatch.setattr(gpufleet.validation.run, "run_playbook", lambda *a, **k: ran.append(a))
+    bad = tmp_path / "run.txt"
+    bad.write_text("no rows here\n")
+    contract_error(["validate", "--stack", str(lab), "--nccl", str(bad), "--no-security"],
+                   "no nccl-tests result rows found")
+    assert ran == []  # the old code ran the whole validation playbook first
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "100000"])
+def test_validate_ib_rate_is_bounded(lab: Path, rate: str) -> None:
+    code, _, stderr = invoke(["validate", "--stack", str(lab), "--ib-rate", rate, "--no-security"])
+    assert code == 2 and "--ib-rate" in stderr  # 0 and -5 passed every port on the old code

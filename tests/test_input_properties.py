@@ -128,3 +128,44 @@ def test_the_properties_cover_the_edges_they_name(value: str) -> None:
     # Deterministic edges next to the generated ones (kept small: hypothesis finds the rest).
     with pytest.raises(ParseError):
         parse_nccl(value)
+
+
+PATH_PART = st.sampled_from(["", ".", "..", "usr", "etc", "scratch", "lustre", "a b", "x\n", "\uff55sr", "dev",
+                             "nvme2n1"])
+
+
+@SETTINGS
+@given(st.one_of(st.text(max_size=40), st.lists(PATH_PART, max_size=6).map(lambda p: "/" + "/".join(p)),
+                 st.lists(PATH_PART, max_size=6).map(lambda p: "/".join(p) + "/")))
+def test_path_grammars_accept_in_one_spelling_or_refuse_with_their_error(text: str) -> None:
+    """Issue 27 class 2: an accepted path is stored in its one spelling (normalising it again changes nothing,
+    no '.', '..' or empty segment, no trailing '/'), a mount point is never a system directory in any spelling,
+    a device path stays under /dev; anything else is the grammar's error."""
+    from pydantic_core import PydanticCustomError
+
+    from gpufleet.spec import _clean_path, _device_path, _mount_path, system_paths
+
+    for check in (_clean_path, _mount_path, _device_path):
+        try:
+            path = check(text)
+        except PydanticCustomError:
+            continue
+        assert _clean_path(path) == path and path.isascii() and path.startswith("/")
+        assert path == "/" or not any(seg in ("", ".", "..") for seg in path.split("/")[1:]), path
+        if check is _mount_path:
+            assert path not in system_paths()
+        if check is _device_path:
+            assert path.startswith("/dev/")
+
+
+@SETTINGS
+@given(st.ip_addresses(), st.sampled_from(["compressed", "exploded", "upper", "mapped"]))
+def test_every_spelling_of_an_address_is_one_host(ip: object, spelling: str) -> None:
+    import ipaddress
+
+    from gpufleet.spec import Host, _same_host
+
+    assert isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address)
+    text = {"compressed": ip.compressed, "exploded": ip.exploded, "upper": ip.exploded.upper(),
+            "mapped": f"::ffff:{ip}" if ip.version == 4 else ip.compressed}[spelling]
+    assert _same_host(Host(name="h", address=text)) == _same_host(Host(name="h", address=str(ip)))

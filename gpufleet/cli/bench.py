@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +71,7 @@ def scale_model_command(
                              "its checkouts)", key="--checkout" if checkout else "-", value=checkout,
                              kind="input error") from None
     f = forks if forks is not None else shipped_forks()
+    _check_scale_options(nodes, f, slices, controller_cores)
     predictions: list[dict[str, Any]] = []
     for n in nodes:
         try:
@@ -100,6 +102,24 @@ def scale_model_command(
                       _duration(p["wall_s"]), p["bound"], f"{p['controller_cpu_s']:.0f}")
     console.print(table)
     console.print(f"inputs: {path} (checkout {data['checkout']}); assumptions: docs/scale.md", highlight=False)
+
+
+def _check_scale_options(nodes: list[int], forks: int, slices: int, controller_cores: float) -> None:
+    """Each option checked on its own, so that an error names the option that is wrong (the model's own check
+    cannot tell which one it was given)."""
+    checks: list[tuple[str, Any, bool, str, str]] = [
+        ("--forks", forks, forks >= 1, "is out of range", "pass --forks 1 or more"),
+        ("--slices", slices, slices >= 1, "is out of range", "pass --slices 1 or more"),
+        # nan is not > 0 and inf cores would make every controller bound vanish: a finite number of cores.
+        ("--controller-cores", controller_cores, math.isfinite(controller_cores) and controller_cores > 0,
+         "is out of range", "pass the cores of one controller, a number > 0 (e.g. 8)"),
+        *(("--nodes", n, n >= 1, "is out of range", "pass fleet sizes of 1 node or more") for n in nodes),
+        *(("--nodes", n, slices <= n, f"is fewer than --slices {slices}: at most one slice per node",
+           f"pass --nodes {slices} or more, or --slices {n} or fewer") for n in nodes if n >= 1),
+    ]
+    for key, value, ok, why, fix in checks:
+        if not ok:
+            raise InputError.one("-", f"{key} {value} {why}", fix, key=key, value=value, kind="invalid option")
 
 
 def write_awx_vars(path: Path, costs: list[Any], fleet: Any, target_s: float) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -77,7 +78,7 @@ def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
     from gpufleet.catalog import GPUS, get_gpu
     from gpufleet.inputs import read_text
     from gpufleet.parsers import ParseError
-    from gpufleet.parsers.nccl import parse_nccl
+    from gpufleet.parsers.nccl import parse_nccl, split_runs
     from gpufleet.validation.bench import gate_result, split_log
 
     if gpu not in GPUS:
@@ -92,14 +93,26 @@ def _gate_logs(files: list[Path], gpu: str) -> list[BenchVerdict]:
     texts = [(f, read_text(f, "log")) for f in files]
     verdicts = []
     for f, text in texts:
-        parts = split_log(text) or {"": text}
-        for coll, body in parts.items():
-            label = f"{f.stem}:{coll}" if coll else f.stem
+        # Every run is gated, each on its own (the worst decides): concatenated logs or a collective marked
+        # twice must not be judged by their last run only.
+        runs = [(coll, run) for coll, body in (split_log(text) or [("", text)]) for run in split_runs(body)]
+        for i, (coll, body) in enumerate(runs, 1):
+            label = (f"{f.stem}:{coll}" if coll else f.stem) + (f"#{i}" if len(runs) > 1 else "")
+            where = str(f) + (f" ({coll})" if coll else "") + (f" (run {i} of {len(runs)})" if len(runs) > 1 else "")
             try:
                 result = parse_nccl(body)
+            except ParseError as e:
+                raise parse_failure(where, e) from None
+            if coll and result.collective is not None and result.collective != coll:
+                # The marker is the job template's label; the log's own banner or command line is what ran.
+                raise InputError([ConfigProblem(
+                    where, "-", coll, f"the section marker says {coll} but the run's own banner or command line "
+                    f"says {result.collective}", "pass the job's unmodified log (the marker is printed by the "
+                    "bench templates before each collective's command)")], kind="parse error")
+            try:
                 verdicts.append(gate_result(result, model, label, collective=coll or None))
             except ParseError as e:
-                raise parse_failure(str(f) + (f" ({coll})" if coll else ""), e) from None
+                raise parse_failure(where, e) from None
     return verdicts
 
 
@@ -112,8 +125,11 @@ def validate_command(
     limit: Annotated[str | None, typer.Option(help="Ansible host pattern.")] = None,
     nccl: Annotated[list[Path] | None, typer.Option(
         "--nccl", help="nccl-tests log(s) of this cluster to gate and include (repeatable).")] = None,
+    # 1600 Gb/s bounds it above the fastest InfiniBand port rate on the IBTA roadmap (XDR 800, GDR 1600): a
+    # negative or zero rate would pass every port (0 silently meant "the fastest port seen").
     ib_rate: Annotated[int | None, typer.Option(
-        help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")] = None,
+        min=1, max=1600, help="Expected HCA port rate in Gb/s (default: the fastest port seen on each node).")]
+    = None,
     security: Annotated[bool, typer.Option(
         "--security/--no-security",
         help="Also check apt's sources and keys for security drift (trusted=yes, signed-by, keys); fail on it.")]
@@ -141,10 +157,8 @@ def validate_command(
     policy = _action_policy(stack, apply, clear, apply_to, max_share, healthy_streak)
     resolved = resolve_stack(stack)
     spec = resolved.spec
-    # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
-    report_dir = claim(report, "--report") if report is not None else None
-    result = run_validation(resolved, limit=limit, keep=report_dir, ib_rate_gbps=ib_rate, console=console,
-                            live=sys.stderr.isatty())
+    # The logs are offline input: read and gated before the playbook runs, so that a missing or unparsable log
+    # fails at once, not after every node was checked.
     verdicts: list[BenchVerdict] = []
     if nccl:
         pool = next((p for p in spec.gpu_pools if p.gpu), None)
@@ -153,6 +167,10 @@ def validate_command(
                                  "add a gpu pool to the stack, or gate the logs with `gpufleet bench bench-gate "
                                  "--gpu MODEL`", key="gpufleet:pools", kind="invalid option")
         verdicts = _gate_logs(list(nccl), pool.gpu)
+    # Claimed before anything runs: a file there, or a folder of the user's, is refused up front.
+    report_dir = claim(report, "--report") if report is not None else None
+    result = run_validation(resolved, limit=limit, keep=report_dir, ib_rate_gbps=ib_rate, console=console,
+                            live=sys.stderr.isatty())
     print_nodes(result.nodes)
     actions: dict[str, object] | None = None
     if policy is not None:
@@ -260,6 +278,7 @@ def bench_render(
     from gpufleet.infra.scheduling import node_taints, toleration
     from gpufleet.lock import load_lock
     from gpufleet.outdir import claim
+    from gpufleet.spec import ABS_PATH, PINNED_IMAGE
     from gpufleet.validation.bench import (
         BenchSettings,
         check_sbatch,
@@ -275,6 +294,17 @@ def bench_render(
         raise InputError([ConfigProblem("--gpus-directive", "--gpus-directive", gpus_directive,
                                         "not one of gpus-per-node, gres, none",
                                         "pass --gpus-directive gpus-per-node, gres or none")], kind="invalid option")
+    # Values that go verbatim into #SBATCH lines and manifests: refused here, naming the option, before any
+    # folder is made (the renderer's own check is the last defence and would not name the option).
+    if ABS_PATH.fullmatch(nccl_tests_dir) is None:
+        raise InputError([ConfigProblem("--nccl-tests-dir", "--nccl-tests-dir", nccl_tests_dir,
+                                        "not an absolute path of plain characters (letters, digits, . _ - /)",
+                                        "pass the directory of the *_perf binaries on the nodes, e.g. "
+                                        "/opt/nccl-tests/build")], kind="invalid option")
+    if re.fullmatch(PINNED_IMAGE[1:-1], image) is None:
+        raise InputError([ConfigProblem("--image", "--image", image, "not an image reference pinned by tag or "
+                                        "digest", "pass e.g. registry.example.com/nccl-tests:2.16.2 or "
+                                        "...@sha256:<digest>")], kind="invalid option")
     # load_lock checks the pools' GPU models against the catalog (and every other rule) before writing.
     spec, _lock = load_lock(stack)
     out = claim(out_dir, "--out")

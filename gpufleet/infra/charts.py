@@ -31,6 +31,9 @@ LUSTRE_NAMESPACE = CHARTS["lustre-csi-driver"].namespace
 KUEUE_NAMESPACE = CHARTS["kueue"].namespace
 #: Namespace of gpufleet's own workloads (drift CronJob, node taint Jobs).
 GPUFLEET_NAMESPACE = "gpufleet"
+#: Every namespace a platform component runs in: each chart's (the catalog) and gpufleet's own. A workload
+#: namespace must be none of them (its default-deny policies and Pod Security level would apply there).
+PLATFORM_NAMESPACES = frozenset({entry.namespace for entry in CHARTS.values()} | {GPUFLEET_NAMESPACE})
 #: CSI driver name registered by HPE's Lustre CSI driver (its CSIDriver object): the platform layer's driver for
 #: Lustre reached by MGS NIDs; cloud backends name their cloud's own (BackendHandles.lustre_csi_driver).
 LUSTRE_CSI_DRIVER = "lustre-csi.hpe.com"

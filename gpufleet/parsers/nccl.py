@@ -51,6 +51,10 @@ _STARTING = re.compile(r"Collective test (?:starting|concluded):\s+(\w+?)_perf\b
 _BINARY = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\b")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+#: Lines that begin an nccl-tests run: its banner, its parameters line, its table header.
+_RUN_START = re.compile(r"^#\s*(Collective test starting|nThread\s|size\s+count\s+type)")
+#: A result row begins with the size and the element count.
+_ROW_START = re.compile(r"^\d+\s+\d+\s")
 _FAILURES = (
     re.compile(r"Test .*failure"),
     re.compile(r"NCCL failure"),
@@ -184,6 +188,22 @@ def _row(tokens: list[str], has_root: bool, per_half: int) -> NcclRow | None:
 def _collective(text: str) -> str | None:
     m = _STARTING.search(text) or _BINARY.search(text)
     return m.group(1) if m else None
+
+
+def split_runs(text: str) -> list[str]:
+    """A log of several runs one after another (two jobs' outputs concatenated, a rerun appended) cut into one
+    text per run, so that each is gated and none hides another: a run begins at a banner, parameters or
+    table header line that follows result rows. A log of one run is one text."""
+    runs: list[list[str]] = [[]]
+    rows_seen = False
+    for raw in text.splitlines(keepends=True):
+        line = _strip(raw)
+        if rows_seen and _RUN_START.match(line):
+            runs.append([])
+            rows_seen = False
+        runs[-1].append(raw)
+        rows_seen = rows_seen or _ROW_START.match(line) is not None
+    return ["".join(r) for r in runs]
 
 
 def _parse_text(lines: Iterable[str]) -> NcclResult:

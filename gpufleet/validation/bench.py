@@ -290,12 +290,11 @@ def check_sbatch(scripts: dict[str, str], run: Runner) -> list[SbatchCheck]:
     return out
 
 
-def split_log(text: str) -> dict[str, str]:
-    """A job's combined log (markers printed by the templates) split per collective."""
+def split_log(text: str) -> list[tuple[str, str]]:
+    """A job's combined log (markers printed by the templates) split per collective, in order; a collective
+    marked twice (logs concatenated) is there twice, so that both runs are gated."""
     parts = MARKER.split(text)
-    if len(parts) == 1:
-        return {}
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
 
 
 @dataclass(frozen=True)

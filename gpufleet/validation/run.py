@@ -17,7 +17,7 @@ from rich.console import Console
 from gpufleet import REPO_ROOT
 from gpufleet.ansible_run import RunResult, run_playbook
 from gpufleet.catalog import get_gpu
-from gpufleet.errors import InputError
+from gpufleet.errors import REDACTED, InputError
 from gpufleet.inputs import load_yaml, read_text
 from gpufleet.lock import Lock
 from gpufleet.outdir import OutputDir
@@ -56,12 +56,13 @@ def inventory_hosts(inventory: Path, group: str = "gpu") -> dict[str, str | None
 
     def mapping(value: Any, key: str) -> dict[str, Any]:
         # An inventory edited by hand can hold a list (or a string) where Ansible's format has a mapping.
+        # Its value is not shown: inventories hold host variables such as ansible_password.
         if value is None:
             return {}
         if not isinstance(value, dict):
             raise InputError.one(str(inventory), f"is a {type(value).__name__}, not a mapping",
                                  "write the inventory in Ansible's YAML format (all: children: <group>: hosts: "
-                                 "<host>: {...}), or regenerate it with gpufleet", key=key, value=value,
+                                 "<host>: {...}), or regenerate it with gpufleet", key=key, value=REDACTED,
                                  kind="inventory problem")
         return value
 
