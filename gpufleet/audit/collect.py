@@ -23,6 +23,9 @@ AUDIT_PLAYBOOK = REPO_ROOT / "ansible" / "playbooks" / "audit.yml"
 STATS_KEY = "gpufleet_audit"
 #: In a --facts host folder: the pool the host belongs to (optional), and why it could not be read (optional).
 POOL_FILE, FAILED_FILE = "pool", "failed"
+#: What the command module says when it could not start the program (older ansible-core names the errno, newer
+#: ones hide the exception behind a generic message): the read's program is not installed.
+_NOT_STARTED = ("No such file or directory", "Error executing command.")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -71,7 +74,7 @@ def read_facts_dir(path: Path) -> Collected:
 
 
 def from_stats(stats: Mapping[str, Any]) -> Collected:
-    """audit.yml's set_stats data (``{host: {pool, reads: {key: {rc, stdout}}}}``) -> raw reads per host; values
+    """audit.yml's set_stats data (``{host: {pool, reads: {key: {rc, stdout, msg}}}}``) -> raw reads per host; values
     it could not have sent are dropped."""
     out = Collected()
     reported = stats.get(STATS_KEY)
@@ -84,8 +87,12 @@ def from_stats(stats: Mapping[str, Any]) -> Collected:
         host_reads: dict[str, RawRead] = {}
         for key, r in reads.items():
             if key in KEYS and isinstance(r, Mapping):
-                rc = r.get("rc")
-                host_reads[str(key)] = RawRead(rc if isinstance(rc, int) else MISSING, str(r.get("stdout") or ""))
+                rc, stdout = r.get("rc"), str(r.get("stdout") or "")
+                # A program the command module could not start (rc 2, a msg of _NOT_STARTED) is "not installed",
+                # the status a --facts folder writes as 127.
+                if not stdout and any(m in str(r.get("msg") or "") for m in _NOT_STARTED):
+                    rc = MISSING
+                host_reads[str(key)] = RawRead(rc if isinstance(rc, int) else MISSING, stdout)
         out.raw[str(host)] = host_reads
         if isinstance(pool := entry.get("pool"), str) and pool:
             out.pools[str(host)] = pool

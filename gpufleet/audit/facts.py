@@ -293,7 +293,9 @@ def build_facts(host: str, raw: Mapping[str, RawRead], *, pool: str | None = Non
                                               origins.get(st.name) if raw.get(APT_POLICY) else None)
     else:
         f.problems.append("dpkg-query did not answer: packages not audited (not a Debian/Ubuntu host?)")
-    f.apt_sources = parse_apt_sources(ok("apt_sources") or "")
+    # grep exits 2 when one of its paths is missing (Debian 12 has no /etc/apt/sources.list); the rest still counts.
+    sources = raw.get("apt_sources")
+    f.apt_sources = parse_apt_sources(sources.stdout if sources is not None else "")
     run = raw.get("run_install")
     f.run_install = [line.strip() for line in (run.stdout if run else "").splitlines() if line.strip()]
     f.smi = parsed("smi_xml", "nvidia-smi -q -x", parse_smi_xml)
