@@ -50,6 +50,10 @@ def test_facts_come_from_the_real_captures_through_the_existing_parsers() -> Non
     assert {p.ca for p in k.ib_ports} >= {"mlx5_0", "mlx5_1"} and k.fabric == "infiniband"
     assert k.versions() == {"driver": "535.54.03", "cuda": "12.1.1", "nccl": "2.17.1-1+cuda12.1"}
     assert k.packages["libnccl2"].origin == REPO and not k.packages["libnccl2"].held
+    # Which keyring apt checks it with: both, since two sources name the repository (the conflict below).
+    assert k.keyring(k.packages["libnccl2"]) == ("/etc/apt/keyrings/cuda-archive-keyring.asc, "
+                                                 "/usr/share/keyrings/cuda-archive-keyring.gpg")
+    assert k.memlock["* hard"] == "unlimited"
     assert f["legacy-a"].gpu_model == "a100-sxm4-40gb" and f["legacy-a"].versions()["driver"] == "510.47.03"
     assert f["messy-b"].run_install == ["/usr/bin/nvidia-uninstall", "/var/log/nvidia-installer.log"]
 

@@ -101,6 +101,8 @@ class HostFacts:
     modules: list[str] = field(default_factory=list)
     mounts: list[Mount] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
+    #: limits.conf(5) memlock entries: "<domain> <soft|hard|->" -> value, later files win as pam_limits reads them.
+    memlock: dict[str, str] = field(default_factory=dict)
     #: unattended-upgrades: installed and enabled (APT::Periodic::Unattended-Upgrade not "0").
     unattended_upgrades: bool = False
     #: Unattended-Upgrade::Package-Blacklist entries (regular expressions matched at the start of a name).
@@ -149,12 +151,19 @@ class HostFacts:
             out["driver"] = self.smi.driver_version
         return out
 
+    def keyring(self, p: Package) -> str | None:
+        """The keyring apt checks the package's repository with (signed-by of the source it comes from)."""
+        if not p.origin or p.origin == "local":
+            return None
+        keys = {e.signed_by for e in self.apt_sources if e.uri.rstrip("/") == p.origin.rstrip("/")}
+        return ", ".join(sorted(k or "(any trusted key)" for k in keys)) or None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host, "pool": self.pool, "os": self.os, "kernel": self.kernel,
             "gpu": {"name": self.gpu_name, "model": self.gpu_model, "count": self.gpu_count},
             "versions": self.versions(),
-            "packages": [p.__dict__ for p in self.nvidia_packages.values()],
+            "packages": [p.__dict__ | {"keyring": self.keyring(p)} for p in self.nvidia_packages.values()],
             "apt_sources": [e.__dict__ | {"insecure": list(e.insecure)} for e in self.apt_sources],
             "run_install": self.run_install,
             "gpus": [{"index": g.index, "persistence_mode": g.persistence_mode, "power_limit_w": g.power_limit_w,
@@ -166,6 +175,7 @@ class HostFacts:
                      "peer_memory": "nvidia_peermem" in self.modules},
             "mounts": [m.__dict__ for m in self.mounts],
             "sysctls": self.sysctls,
+            "memlock": self.memlock,
             "unattended_upgrades": {"enabled": self.unattended_upgrades, "blacklist": self.unattended_blacklist},
             "services": self.services,
             "problems": self.problems,
@@ -255,6 +265,17 @@ def parse_sysctl(text: str) -> dict[str, str]:
     return out
 
 
+def parse_memlock(text: str) -> dict[str, str]:
+    """``grep -rH '' <limits files>`` -> memlock entries (``* hard`` -> ``unlimited``); comments skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        _, sep, rest = line.partition(":")
+        fields = rest.split("#", 1)[0].split() if sep else []
+        if len(fields) == 4 and fields[2] == "memlock":
+            out[f"{fields[0]} {fields[1]}"] = fields[3]
+    return out
+
+
 def _os(text: str) -> str | None:
     fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     value = fields.get("PRETTY_NAME") or fields.get("NAME")
@@ -315,6 +336,8 @@ def build_facts(host: str, raw: Mapping[str, RawRead], *, pool: str | None = Non
     # sysctl exits non-zero when one name is unknown; the ones it printed still count.
     sysctl = raw.get("sysctl")
     f.sysctls = parse_sysctl(sysctl.stdout) if sysctl is not None else {}
+    limits = raw.get("limits")
+    f.memlock = parse_memlock(limits.stdout if limits is not None else "")
     installed_uu = "unattended-upgrades" in f.packages
     enabled, f.unattended_blacklist = parse_apt_config(ok("apt_config") or "")
     f.unattended_upgrades = installed_uu and enabled

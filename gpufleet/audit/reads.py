@@ -85,6 +85,9 @@ def reads() -> dict[str, Read]:
         "modules": Read(("cat", "/proc/modules"), False, "loaded kernel modules (nvidia_peermem, lustre)"),
         "mounts": Read(("cat", "/proc/mounts"), False, "Lustre and NVMe mounts"),
         "sysctl": Read(("sysctl", *managed_sysctls()), False, "sysctls gpufleet manages"),
+        # Lines "path:line" of pam_limits' files: the memlock limit host_tuning manages (limits.conf(5)).
+        "limits": Read(("grep", "-r", "-H", "-s", "", "/etc/security/limits.conf", "/etc/security/limits.d"), False,
+                       "locked-memory limits"),
         "services": Read(("systemctl", "is-active", *SERVICES), False, "Slurm, kubelet, NVIDIA daemons"),
     }
 
