@@ -23,7 +23,7 @@ from gpufleet.spec import ClusterSpec
 
 Severity = Literal["security", "error", "warning"]
 SEVERITY_ORDER: dict[str, int] = {"security": 0, "error": 1, "warning": 2}
-#: Mount points that hold datasets / checkpoints when a stack does not say (names as docs/storage.md uses).
+#: Words in the mount points of datasets / checkpoints (the example stacks mount /lustre/datasets, /lustre/checkpoints).
 DATASETS, CHECKPOINTS = "dataset", "checkpoint"
 
 
