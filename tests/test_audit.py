@@ -24,6 +24,7 @@ from gpufleet.lock import load_lock
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "audit"
 CLEAN, FLEET = FIXTURES / "clean", FIXTURES / "fleet"
+SHARED = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 REPO = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 runner = CliRunner()
 
@@ -184,6 +185,27 @@ def test_write_stack_never_overwrites(tmp_path: Path) -> None:
     code, data = audit("--facts", str(CLEAN), "--write-stack", str(path))
     assert code == 1 and data["error"]["kind"] == "output problem" and data["error"]["key"] == "--write-stack"
     assert path.read_text() == "config: {}\n"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"reference data folder {SHARED} is absent")
+def test_a_gpu_outside_the_catalog_is_audited_but_left_out_of_the_stack(tmp_path: Path) -> None:
+    # Real capture: a GeForce RTX 3060 (telegraf testdata); gpufleet's catalog has no entry, so no lock rule applies.
+    facts = tmp_path / "f"
+    shutil.copytree(CLEAN / "clean-a", facts / "rtx-0")
+    shutil.copy(SHARED / "nvidia-smi-xml" / "rtx-3060_driver570.124.04_telegraf.xml", facts / "rtx-0" / "smi_xml.txt")
+    code, data = audit("--facts", str(facts))
+    assert code == 0 and data["findings"] == []
+    assert data["hosts"][0]["gpu"] == {"name": "NVIDIA GeForce RTX 3060", "model": None, "count": 1}
+    assert data["proposed_stack"]["profile"] is None and data["proposed_stack"]["left_out"] == [
+        "rtx-0: GPU NVIDIA GeForce RTX 3060 is not in gpufleet's catalog"]
+    code, err = audit("--facts", str(facts), "--write-stack", str(tmp_path / "Pulumi.x.yaml"))
+    assert code == 1 and err["error"]["kind"] == "output problem" and not (tmp_path / "Pulumi.x.yaml").exists()
+
+
+def test_write_stack_needs_a_stack_name(tmp_path: Path) -> None:
+    code, err = audit("--facts", str(CLEAN), "--write-stack", str(tmp_path / "My_Stack.yaml"))
+    assert code == 1 and err["error"]["kind"] == "invalid option" and "DNS-1123" in err["error"]["message"]
+    assert not (tmp_path / "My_Stack.yaml").exists()
 
 
 # --- CLI: error contract, per-host failures, report folder -------------------------------------------------------

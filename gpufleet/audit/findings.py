@@ -64,16 +64,18 @@ def lock_refusals(pool: str, hosts: list[HostFacts]) -> list[Finding]:
     """What the lock's rules (gpufleet.lock.rules, unchanged) say about the versions this pool runs, taken as
     overrides of the nearest profile."""
     model = hardware(hosts[0])[0]
+    if model not in _catalog():
+        # The rules are per GPU model; a GPU gpufleet has no catalog entry for cannot be locked (the proposal lists
+        # such hosts under left_out).
+        return []
     versions = {c: v for c in COMPARED if (v := majority([h.versions()[c] for h in hosts if c in h.versions()]))}
     valid = {k: v for k, v in versions.items() if matches_format(k, v)}
     if not valid.get("driver"):
         return []
     profile = nearest_profile({model}, valid)
-    pool_cfg: dict[str, object] = {"name": "audit", "role": "gpu", "count": len(hosts),
+    pool_cfg: dict[str, object] = {"name": "audit", "role": "gpu", "gpu": model, "count": len(hosts),
                                    "host_management": "ansible",
                                    "hosts": [{"name": f"h{i}", "address": f"h{i}"} for i in range(len(hosts))]}
-    if model in profile.gpus or model in _catalog():
-        pool_cfg["gpu"] = model
     spec = ClusterSpec.model_validate({"stack": "audit", "backend": "existing", "cluster_name": "audit",
                                        "lock": {"profile": profile.name, "versions": valid}, "pools": [pool_cfg]})
     try:

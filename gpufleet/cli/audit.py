@@ -22,7 +22,7 @@ from gpufleet.audit.propose import propose
 from gpufleet.cli.contract import EXIT_DRIFT, EXIT_ERROR, console_for, contract, dumps
 from gpufleet.errors import InputError
 from gpufleet.outdir import claim
-from gpufleet.spec import stack_file
+from gpufleet.spec import STACK_NAME, stack_file, stack_name
 
 console = console_for(stderr=True)
 
@@ -100,20 +100,23 @@ def audit_command(
     findings = find_all(all_facts)
     name = "audited"
     if write_stack is not None:
-        name = Path(write_stack).name.removeprefix("Pulumi.").rsplit(".", 1)[0] if write_stack.endswith(
-            (".yaml", ".yml")) else write_stack
-    proposal = propose(all_facts, name if write_stack else "audited")
+        path = stack_file(write_stack)
+        name = stack_name(path)
+        if STACK_NAME.fullmatch(name) is None:
+            raise InputError.one(str(path), f"the stack name {name!r} (from Pulumi.<name>.yaml) is not a DNS-1123 "
+                                 "label", "pass a name of lower-case letters, digits and '-'", key="--write-stack",
+                                 value=write_stack, kind="invalid option")
+    proposal = propose(all_facts, name)
     data: dict[str, Any] = {
         "hosts": [f.to_json() for f in all_facts],
         "failed_hosts": collected.failed,
         "findings": [x.to_json() for x in findings],
-        "proposed_stack": {"profile": proposal.profile.name, "changes": proposal.changes,
+        "proposed_stack": {"profile": proposal.profile.name if proposal.pools else None, "changes": proposal.changes,
                            "pools": [{"name": p.name, "gpu": p.gpu, "hosts": [h.host for h in p.hosts]}
                                      for p in proposal.pools],
                            "left_out": proposal.left_out, "written": None},
     }
     if write_stack is not None:
-        path = stack_file(write_stack) if not write_stack.endswith((".yaml", ".yml")) else Path(write_stack)
         if path.exists():
             raise InputError.one(str(path), "exists; the audit never overwrites a stack",
                                  "pass another --write-stack name, or move the file away", key="--write-stack",
@@ -137,11 +140,16 @@ def audit_command(
         for x in findings:
             console.print(f"[{x.severity}] {x.id} {', '.join(x.hosts)}: {x.message}\n    fix: {x.fix}",
                           markup=False, highlight=False, soft_wrap=True)
-        console.print(f"proposed stack: profile {proposal.profile.name}"
-                      + (f", changes: {'; '.join(proposal.changes)}" if proposal.changes else ", no version change")
-                      + (f"; written to {data['proposed_stack']['written']}" if write_stack else
-                         " (not written; --write-stack NAME writes it)"), markup=False, highlight=False,
-                      soft_wrap=True)
+        if not proposal.pools:
+            console.print("proposed stack: none (no audited host has a GPU of gpufleet's catalog)",
+                          markup=False, highlight=False)
+        else:
+            console.print(f"proposed stack: profile {proposal.profile.name}"
+                          + (f", changes: {'; '.join(proposal.changes)}" if proposal.changes else
+                             ", no version change")
+                          + (f"; written to {data['proposed_stack']['written']}" if write_stack else
+                             " (not written; --write-stack NAME writes it)"), markup=False, highlight=False,
+                          soft_wrap=True)
     if collected.failed:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_DRIFT if findings else 0)
