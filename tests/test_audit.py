@@ -276,6 +276,10 @@ def test_reads_only_run_read_only_programs() -> None:
     assert reads()["services"].argv[1] == "is-active"
     assert all("=" not in a for a in reads()["sysctl"].argv[1:]), "sysctl NAME=VALUE would write"
     assert managed_sysctls()[0] == "kernel.numa_balancing" and "vm.max_map_count" in managed_sysctls()
+    # apt-cache as root would rewrite /var/cache/apt/*.bin: the cache file names are emptied.
+    argv = playbook_vars()["gpufleet_audit_apt_policy_argv"]
+    assert argv[0] == "apt-cache" and argv[-1] == "policy"
+    assert "Dir::Cache::pkgcache=" in argv and "Dir::Cache::srcpkgcache=" in argv
 
 
 def test_playbook_tasks_only_read() -> None:
@@ -294,14 +298,27 @@ def test_the_playbook_runs_and_reports_every_read(tmp_path: Path) -> None:
     inv = tmp_path / "inventory.json"
     inv.write_text(json.dumps({"all": {"hosts": {"ctl": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpufleet_pool": "here"}}}}))
-    collected = run_audit(inv, limit=None, hosts="all", live=False)
+    from gpufleet.ansible_run import run_playbook
+
+    def with_bash(*args: Any, **kw: Any) -> Any:
+        # bash stands in for an NVIDIA package so that the apt-cache policy read runs here too.
+        kw["extravars"] = {**kw["extravars"], "gpufleet_audit_nvidia_package": "^bash$"}
+        return run_playbook(*args, **kw)
+
+    apt_cache = Path("/var/cache/apt")
+    before = {p.name: p.stat().st_mtime_ns for p in apt_cache.glob("*")} if apt_cache.is_dir() else {}
+    collected = run_audit(inv, limit=None, hosts="all", live=False, runner=with_bash)
     assert collected.failed == {} and collected.pools == {"ctl": "here"}
+    # apt-cache kept its cache in memory: nothing under /var/cache/apt was written.
+    assert ({p.name: p.stat().st_mtime_ns for p in apt_cache.glob("*")} if apt_cache.is_dir() else {}) == before
     raw = collected.raw["ctl"]
     assert set(reads()) <= set(raw)
     uname = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
     assert raw["kernel"].rc == 0 and raw["kernel"].stdout.strip() == uname
     f = build_facts("ctl", raw, pool="here")
     assert f.kernel == uname and "kernel.numa_balancing" in f.sysctls
+    if shutil.which("apt-cache") is not None and "bash" in f.packages:
+        assert raw["apt_policy"].rc == 0 and raw["apt_policy"].stdout.startswith("bash:")
     if shutil.which("nvidia-smi") is None:
         assert raw["smi_xml"].rc == MISSING and f.smi is None
 

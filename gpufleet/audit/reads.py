@@ -94,6 +94,10 @@ def reads() -> dict[str, Read]:
 
 #: Filled by the playbook after ``dpkg``: ``apt-cache policy`` of the NVIDIA packages found (origin, pins).
 APT_POLICY = "apt_policy"
+#: apt-cache run as root rewrites /var/cache/apt/*.bin when they are older than the lists; empty cache file names
+#: keep its cache in memory (the setting Debian's container images ship in apt.conf.d/docker-clean), so the
+#: read writes nothing.
+APT_POLICY_ARGV = ("apt-cache", "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=", "policy")
 #: Keys a --facts folder may hold, in report order.
 KEYS = (*reads(), APT_POLICY)
 
@@ -103,4 +107,5 @@ def playbook_vars() -> dict[str, Any]:
     return {
         "gpufleet_audit_reads": [{"key": k, "argv": list(r.argv), "become": r.become} for k, r in reads().items()],
         "gpufleet_audit_nvidia_package": NVIDIA_PACKAGE,
+        "gpufleet_audit_apt_policy_argv": list(APT_POLICY_ARGV),
     }
