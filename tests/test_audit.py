@@ -221,6 +221,12 @@ def test_json_error_contract(args: tuple[str, ...], kind: str) -> None:
     assert code == 1 and data["error"]["kind"] == kind and data["error"]["fix"]
 
 
+def test_a_stack_without_inventory_is_the_contracts_error() -> None:
+    # onprem-h100 is an example stack: no inventories/onprem-h100 exists until `gpufleet up` wrote it.
+    code, data = audit("--stack", "onprem-h100")
+    assert code == 1 and data["error"]["kind"] == "missing inventory" and "gpufleet up" in data["error"]["fix"]
+
+
 def test_a_bad_rc_file_is_an_input_error(tmp_path: Path) -> None:
     shutil.copytree(CLEAN, tmp_path / "f")
     (tmp_path / "f" / "clean-a" / "topo.rc").write_text("boom\n")
