@@ -16,6 +16,12 @@ def test_the_audit_changed_no_file(host):
     assert (OUT / "changed-files.txt").read_text().strip() == ""
 
 
+def test_the_host_state_digest_is_unchanged(host):
+    # roles/host_footprint's reader, read right before and right after the audit.
+    digests = json.loads((OUT / "footprint.json").read_text())
+    assert digests["before"] and digests["before"] == digests["after"]
+
+
 def test_the_conflicting_source_is_named(host):
     found = [f for f in _report()["findings"] if f["id"] == "source-conflict"]
     assert [f["hosts"] for f in found] == [[NODE]]
