@@ -17,6 +17,7 @@ from gpufleet.audit.reads import APT_POLICY, MISSING, NUMA_BALANCING, NVIDIA_PAC
 from gpufleet.catalog import GPUS
 from gpufleet.drift.dpkg import parse_dpkg_query
 from gpufleet.drift.security import parse_sources
+from gpufleet.lock.packages import AUDIT_COMPONENTS
 from gpufleet.parsers.errors import ParseError
 from gpufleet.parsers.smi_xml import SmiReport, parse_smi_xml
 from gpufleet.topology import Topology, parse_topo_m
@@ -28,18 +29,6 @@ _POLICY_PACKAGE = re.compile(r"^(\S+):\s*$")
 _POLICY_VERSION = re.compile(r"^\s+(\*\*\*)?\s*(\S+)\s+(-?\d+)\s*$")
 _POLICY_ORIGIN = re.compile(r"^\s+(-?\d+)\s+(\S+)(?:\s+(\S+))?")
 _APT_CONFIG = re.compile(r'^(\S+?)(::)?\s+"(.*)";\s*$')
-#: Components and the package names whose version is theirs, first match wins (lock names in gpufleet.lock.packages
-#: plus Ubuntu's and Debian's archive names for a driver gpufleet did not install).
-COMPONENTS: dict[str, tuple[str, ...]] = {
-    "driver": (r"^nvidia-utils(-\d+)?(-server)?$", r"^nvidia-driver(-\d+)?(-open|-server|-server-open)?$",
-               r"^nvidia-smi$", r"^libnvidia-compute(-\d+)?$"),
-    "fabric_manager": (r"^nvidia-fabricmanager(-\d+)?$", r"^cuda-drivers-fabricmanager(-\d+)?$"),
-    "cuda": (r"^cuda-toolkit-\d+-\d+$", r"^cuda-cudart-\d+-\d+$", r"^cuda-compat-\d+-\d+$"),
-    "cudnn": (r"^libcudnn\d+-cuda-\d+$", r"^libcudnn\d+$"),
-    "nccl": (r"^libnccl2$",),
-    "dcgm": (r"^datacenter-gpu-manager-\d+-core$", r"^datacenter-gpu-manager$"),
-    "container_toolkit": (r"^nvidia-container-toolkit$",),
-}
 
 
 @dataclass(frozen=True)
@@ -141,7 +130,7 @@ class HostFacts:
     def versions(self) -> dict[str, str]:
         """Component -> version in the lock's format (driver from nvidia-smi when it answered)."""
         out: dict[str, str] = {}
-        for component, patterns in COMPONENTS.items():
+        for component, patterns in AUDIT_COMPONENTS.items():
             for pattern in patterns:
                 hit = sorted((p for n, p in self.packages.items() if re.match(pattern, n)), key=lambda p: p.name)
                 if hit:
@@ -344,7 +333,7 @@ def build_facts(host: str, raw: Mapping[str, RawRead], *, pool: str | None = Non
     services = raw.get("services")
     # systemctl is-active prints one state per unit, in order; it exits non-zero when one is not active.
     states = (services.stdout.split() if services is not None else [])
-    f.services = dict(zip(SERVICES, states, strict=False))
+    f.services = dict(zip((s.removesuffix(".service") for s in SERVICES), states, strict=False))
     if NUMA_BALANCING not in f.sysctls and sysctl is not None and sysctl.rc != MISSING:
         f.problems.append(f"{NUMA_BALANCING} not readable")
     return f

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpufleet import REPO_ROOT
+from gpufleet.lock.packages import NVIDIA_PACKAGE_PATTERN
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,11 @@ class RawRead:
 #: a read without a file).
 MISSING = 127
 
-#: NVIDIA's packages by name, whichever supplier built them (NVIDIA's repository, Ubuntu's or Debian's archive,
-#: see ../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md section 1); apt-cache policy is asked about these.
-NVIDIA_PACKAGE = (r"^(nvidia-|libnvidia-|cuda-|libcuda|libcudnn|cudnn|libnccl|datacenter-gpu-manager|"
-                  r"libxnvctrl|xserver-xorg-video-nvidia)")
+#: Which installed packages apt-cache policy is asked about (the naming lives in gpufleet.lock.packages).
+NVIDIA_PACKAGE = NVIDIA_PACKAGE_PATTERN
 #: Services whose state the audit reports (Slurm or Kubernetes on the node, NVIDIA's daemons, unattended-upgrades).
-SERVICES = ("slurmd", "kubelet", "nvidia-persistenced", "nvidia-fabricmanager", "unattended-upgrades")
+SERVICES = ("slurmd.service", "kubelet.service", "nvidia-persistenced.service", "nvidia-fabricmanager.service",
+            "unattended-upgrades.service")
 #: Files NVIDIA's .run installer leaves (its own uninstaller and log): a driver apt knows nothing about.
 RUN_INSTALL_FILES = ("/usr/bin/nvidia-uninstall", "/var/log/nvidia-installer.log")
 HOST_TUNING_DEFAULTS = REPO_ROOT / "roles" / "host_tuning" / "defaults" / "main.yml"
