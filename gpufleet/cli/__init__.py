@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.cli import audit as audit_cmd
 from gpufleet.cli import bench as bench_cmd
 from gpufleet.cli import cluster
 from gpufleet.cli import drift as drift_cmd
@@ -44,6 +45,7 @@ app.registered_commands.extend(plan_cmd.app.registered_commands)
 app.command("drift")(drift_cmd.drift_command)
 app.command("remediate")(drift_cmd.remediate_command)
 app.command("validate")(validate_cmd.validate_command)
+app.command("audit")(audit_cmd.audit_command)
 report_cmd.register(app)
 bench_cmd.register(validate_cmd.app)
 app.add_typer(validate_cmd.app, name="bench", help="Acceptance benchmarks: render job templates, gate results.")

@@ -205,14 +205,34 @@ def build_report(result: RunResult, raw: RawResults | None = None) -> DriftRepor
                     line = f"{line} ({'; '.join(dict.fromkeys(reasons))})"
                 items.append(DriftItem(host, comp, kind, t.label, line, diff if n == 0 else "", disruptive,
                                        "security" if reasons else "normal"))
-    errors = [f"{t.host}: {t.label}: {t.reason}" for t in result.failures]
-    if not result.ok and not errors:
+    errors: list[str] = []
+    conflicted: set[str] = set()
+    erred: set[str] = set()
+    for t in result.failures:
+        # apt refusing two sources for one repository (a cuda-keyring copy next to gpufleet's) is the host's state,
+        # a finding like any other drift, not an error of the check (issue 28 point 4).
+        found = [] if t.lost else security.apt_conflicts(_failure_text(t))
+        for c in found:
+            items.append(DriftItem(t.host, component_of(t) or "site", "file", t.label,
+                                   c.message() + "; the check stopped here on this host", severity=c.severity))
+        if found:
+            conflicted.add(t.host)
+        else:
+            erred.add(t.host)
+            errors.append(f"{t.host}: {t.label}: {t.reason}")
+    if not result.ok and not errors and not conflicted:
         errors.append(result.verdict())
     # Hosts finish in any order; sorted output stays comparable between runs.
     items.sort(key=lambda i: i.host)
     return DriftReport(hosts=sorted(components), components=components, items=items, errors=errors,
-                       verdict=result.verdict(), failed_hosts=sorted(result.failed_hosts),
+                       verdict=result.verdict(),
+                       failed_hosts=sorted(h for h in result.failed_hosts if h in erred or h not in conflicted),
                        unreachable_hosts=sorted(result.unreachable_hosts))
+
+
+def _failure_text(t: TaskResult) -> str:
+    """What a failed task said: its message and the command's output (apt prints its errors on stderr)."""
+    return "\n".join(str(v) for v in (t.msg, t.res.get("stderr"), t.res.get("stdout")) if v)
 
 
 def render_text(report: DriftReport, *, diffs: bool = True) -> str:

@@ -25,6 +25,13 @@ _KEYRING_DIRS = ("/etc/apt/keyrings/", "/usr/share/keyrings/", "/etc/apt/trusted
 _INSECURE = {"trusted": "apt accepts its packages unsigned", "allow-insecure": "apt accepts an unsigned Release",
              "allow-weak": "apt accepts weak signatures",
              "allow-downgrade-to-insecure": "apt accepts the loss of its signature"}
+#: apt's refusal to read its sources when two entries name one repository with different values of an option
+#: (apt-pkg/sourcelist.cc): ``E: Conflicting values set for option Signed-By regarding source URI SUITE: A != B``,
+#: ``Error:`` in apt 3; Ansible's apt module joins the lines with ``,`` (e.g. gantsign/ansible-role-visual-studio-code
+#: issue 263, free-pmx/free-pmx-no-subscription issue 15, microsoft/linux-package-repositories issue 69).
+_APT_CONFLICT = re.compile(r"Conflicting values set for option (?P<option>[A-Za-z-]+) regarding source (?P<uri>\S+) "
+                           r"(?P<suite>\S*?): (?P<a>[^\n]*?) != (?P<b>[^\n]*?)\s*(?=,?\s*(?:E:|Error:|W:)|$)",
+                           re.MULTILINE)
 _ONE_LINE = re.compile(r"^\s*(?P<type>deb(?:-src)?)\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)")
 
 
@@ -73,6 +80,36 @@ def parse_sources(text: str) -> list[Source]:
             stanza[key.strip().lower()] = value.strip()
     flush()
     return out
+
+
+@dataclass(frozen=True)
+class AptConflict:
+    """Two sources for one repository that apt refuses to read together."""
+
+    option: str
+    uri: str
+    suite: str
+    values: tuple[str, str]
+
+    @property
+    def severity(self) -> Severity:
+        # A Trusted conflict means one of the copies is trusted=yes: a source apt would read unsigned.
+        return "security" if self.option.lower() == "trusted" else "normal"
+
+    def message(self) -> str:
+        a, b = (v or "(unset)" for v in self.values)
+        what = "one copy is trusted=yes (unsigned)" if self.severity == "security" else f"{a} != {b}"
+        return (f"apt source conflict: {self.uri} {self.suite} is configured more than once with different "
+                f"{self.option} ({what}); apt reads no source until one remains (`gpufleet audit` names the files)")
+
+
+def apt_conflicts(text: str) -> list[AptConflict]:
+    """The source conflicts apt reported in ``text`` (a failed task's message and output), each once."""
+    seen: dict[tuple[str, str, str], AptConflict] = {}
+    for m in _APT_CONFLICT.finditer(text):
+        c = AptConflict(m["option"], m["uri"], m["suite"], (m["a"].strip(), m["b"].strip().rstrip(",")))
+        seen.setdefault((c.option, c.uri, c.suite), c)
+    return list(seen.values())
 
 
 def _yes(value: str | None) -> bool:

@@ -61,6 +61,26 @@ LUSTRE_CLIENT_MODULES = "lustre-client-modules-"
 LUSTRE_CLIENT_DKMS = "dkms"
 
 
+#: NVIDIA's packages by name, whichever supplier built them (NVIDIA's repository, Ubuntu's or Debian's archive,
+#: ../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md section 1): what `gpufleet audit` asks apt-cache about.
+NVIDIA_PACKAGE_PATTERN = (r"^(nvidia-|libnvidia-|cuda-|libcuda|libcudnn|cudnn|libnccl|datacenter-gpu-manager|"
+                          r"libxnvctrl|xserver-xorg-video-nvidia)")
+#: Component -> the package names whose installed version is the component's, as patterns, first match wins: the
+#: lock's names above plus Ubuntu's (``nvidia-driver-<branch>-server``, ``cuda-drivers-fabricmanager-<branch>``) and
+#: Debian's (``nvidia-smi``) for a driver gpufleet did not install. `gpufleet audit` reads a host's versions with them.
+AUDIT_COMPONENTS: dict[str, tuple[str, ...]] = {
+    "driver": (rf"^{DRIVER_USERSPACE}(-\d+)?(-server)?$",
+               rf"^{DRIVER_FLAVOURED[0]}(-\d+)?(-open|-server|-server-open)?$",
+               rf"^{DISTRO_DRIVER[2]}$", rf"^{DRIVER_COMMON[3]}(-\d+)?$"),
+    "fabric_manager": (rf"^{FABRIC_MANAGER}(-\d+)?$", rf"^{CUDA_DRIVERS}-fabricmanager(-\d+)?$"),
+    "cuda": (r"^cuda-toolkit-\d+-\d+$", r"^cuda-cudart-\d+-\d+$", r"^cuda-compat-\d+-\d+$"),
+    "cudnn": (r"^libcudnn\d+-cuda-\d+$", r"^libcudnn\d+$"),
+    "nccl": (rf"^{NCCL_RUNTIME}$",),
+    "dcgm": (rf"^{DCGM4_PREFIX}core$", rf"^{DCGM3}$"),
+    "container_toolkit": (rf"^{CONTAINER_TOOLKIT[0]}$",),
+}
+
+
 #: DOCA-OFED (DOCA-Host's OFED profile, what MLNX_OFED became) per DOCA release: the kernel driver set and the
 #: rdma-core userspace it carries, at the exact versions of NVIDIA's repository for Ubuntu 22.04 x86_64
 #: (https://linux.mellanox.com/public/repo/doca/<release>/ubuntu22.04/x86_64/). DOCA 2.9.1 (2024 LTS U1) ships the
