@@ -132,6 +132,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(argv)
+    # slurmd runs HealthCheckProgram with an environment of its own making (no PATH): the tools are in these.
+    os.environ.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     host = socket.gethostname().split(".")[0]
     if ns.mode == "epilog":
         holders = gpu_holders()
