@@ -120,7 +120,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--nvswitch", action="store_true", help="an NVSwitch board: fabric manager must be active")
     p.add_argument("--nvidia-smi", default="nvidia-smi")
     p.add_argument("--scontrol", default="scontrol")
-    p.add_argument("--fabricmanager-unit", default="nvidia-fabricmanager")
+    p.add_argument("--fabricmanager-unit", default="nvidia-fabricmanager.service")
     p.add_argument("--module-version-path", default="/sys/module/nvidia/version")
     p.add_argument("--kernel-log-file", default="")
     p.add_argument("--kernel-log-since-s", type=int, default=600)
