@@ -4,6 +4,9 @@ error contract; ``gpufleet inspect fio`` summing the files of several nodes."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,11 @@ def test_onprem_scratch_and_lustre(tmp_path: Path) -> None:
     assert scratch["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"] == "/scratch"
     for m in (ckpt, scratch):
         assert validate_manifest(m) == []
+        # The container's script and the sbatch scripts are valid bash.
+        script = m["spec"]["template"]["spec"]["containers"][0]["command"][2]
+        assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+    for path in (out / "slurm").iterdir():
+        assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0, path
     gates = jobs["storage-checkpoints-h100-a"]["gates"]["slurm"]
     assert [g["section"] for g in gates] == ["seq-write", "seq-read", "rand-read", "parallel-read", "mdtest"]
     assert gates[0]["command"].endswith(f"--min-write-mbps {cat.lustre.gate_fraction * 500 * 256:g}")
@@ -153,3 +161,32 @@ def test_inspect_fio_sums_the_nodes_files(tmp_path: Path) -> None:
     two = CliRunner().invoke(app, ["inspect", "fio", str(FIO), str(FIO), "--json", "--min-write-mbps", "10"])
     assert two.exit_code == 0, two.output
     assert json.loads(two.stdout)["gates"][0]["bw_bytes"] == 2 * 5096143.0
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed (apt-get install fio)")
+def test_rendered_job_file_and_node_script_run_in_fio(tmp_path: Path) -> None:
+    """The job file and the per-node runner as rendered, run by a real fio on a temporary folder (tiny size and
+    runtime): every section writes one JSON that the parser and the gates read, and the test files are removed."""
+    from gpufleet.validation import storage as st
+    from gpufleet.validation.fio import parse_fio
+
+    none = st.Threshold(None, "test")
+    gates = st.TargetGates(none, none, none, none, none)
+    target = st.StorageTarget("scratch", "local", str(tmp_path / "mnt"), gates)
+    (tmp_path / "mnt").mkdir()
+    s = st.StorageSettings(gpus_per_node=2, size="4M", runtime_s=1, ramp_s=0)
+    job = st.StorageJob("storage-scratch-n0", target, "pool", ("n0",))
+    jobfile = tmp_path / "scratch.fio"
+    jobfile.write_text(st.render_jobfile(target, s))
+    results = tmp_path / "results"
+    script = st.node_script(job, s, str(results), str(jobfile))
+    proc = subprocess.run(["bash", "-c", script], env={**os.environ, "GPUFLEET_NODE": "n0"}, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in results.iterdir()) == sorted(
+        f"n0-scratch-{name}.json" for name, _, _ in st.SECTIONS)
+    for name, direction, _ in st.SECTIONS:
+        r = parse_fio((results / f"n0-scratch-{name}.json").read_text())
+        total = r.total(direction)
+        assert total is not None and total[0] > 0 and total[1] > 0, name
+    assert list((tmp_path / "mnt" / "gpufleet-bench").iterdir()) == []  # the node's test files are gone

@@ -214,7 +214,7 @@ def render_jobfile(target: StorageTarget, s: StorageSettings) -> str:
         size=s.size, gpus_per_node=s.gpus_per_node)
 
 
-def _node_script(job: StorageJob, s: StorageSettings, results: str, jobfile: str) -> str:
+def node_script(job: StorageJob, s: StorageSettings, results: str, jobfile: str) -> str:
     """What runs on each node: the four fio sections in order, one JSON each, then the test files removed."""
     from gpufleet.validation.bench import word
 
@@ -248,7 +248,7 @@ def render_sbatch(job: StorageJob, s: StorageSettings) -> str:
         job_name=job.name, target=job.target.name, kind=job.target.kind, nodes=list(job.nodes),
         time_limit=s.time_limit, output_dir=s.output_dir, partition=s.partition, results=results,
         jobfile=jobfile, jobfile_text=render_jobfile(job.target, s),
-        node_script=_node_script(job, s, results, jobfile), gpus_per_node=s.gpus_per_node, mpi=s.mpi,
+        node_script=node_script(job, s, results, jobfile), gpus_per_node=s.gpus_per_node, mpi=s.mpi,
         mdtest=mdtest_command(job, s) if job.target.kind == "lustre" else None)
 
 
@@ -261,7 +261,7 @@ def render_k8s(job: StorageJob, s: StorageSettings) -> dict[str, Any] | None:
     results = f"{t.mount_path}/gpufleet-bench/results/{job.name}"
     jobfile = "/tmp/gpufleet-storage.fio"
     script = (f"cat > {jobfile} <<'GPUFLEET_FIO'\n{render_jobfile(t, s)}GPUFLEET_FIO\n"
-              + _node_script(job, s, results, jobfile))
+              + node_script(job, s, results, jobfile))
     if t.kind == "lustre":
         script += (f'if [ "${{JOB_COMPLETION_INDEX:-0}}" = 0 ]; then mpirun --allow-run-as-root -np '
                    f'{s.gpus_per_node} {mdtest_command(job, s)} | tee "{results}/mdtest.txt"; fi\n')
