@@ -99,6 +99,7 @@ def test_cloud_lustre_from_published_tiers(tmp_path: Path, stack: str, catalog_s
         assert gate["value"] == pytest.approx(f * vol["throughput_mbps_per_tib"] * vol["capacity_gib"] / 1024,
                                               abs=0.1)
         assert catalog_source in gate["source"]
+        assert storage_catalog().lustre.throughput_sources[stack.split("-")[0]] in gate["source"]
     # Kubernetes: the checkpoints claim only (datasets is mounted read-only), one Job per GPU pool.
     names = [p.name for p in (tmp_path / "out" / "kubernetes").iterdir()]
     assert names and all(n.startswith("storage-checkpoints-") for n in names), names

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -41,6 +42,8 @@ class NvmeCatalog(_Frozen):
 
 class LustreGates(_Frozen):
     gate_fraction: float = Field(gt=0, le=1)
+    #: Per cloud backend: the service's statement that throughput is tier x capacity.
+    throughput_sources: dict[str, Annotated[str, Field(pattern=r"^https://\S+$")]]
 
 
 class StorageCatalog(_Frozen):

@@ -23,18 +23,16 @@ Lustre from the stack's declared tier, if any; a target's ``bench_gates`` replac
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import jinja2
 import yaml
+
+from gpufleet.validation.bench import template_env, word
 
 if TYPE_CHECKING:
     from gpufleet.spec import ClusterSpec, LustreVolume, StorageGates
 
-TEMPLATES = Path(__file__).parent / "templates"
 #: Run order: the write lays the files out that the reads then read.
 SECTIONS: tuple[tuple[str, Literal["read", "write"], Literal["bw", "iops"]], ...] = (
     ("seq-write", "write", "bw"), ("seq-read", "read", "bw"), ("rand-read", "read", "iops"),
@@ -115,10 +113,13 @@ def scratch_gates(spec: ClusterSpec) -> TargetGates:
 def lustre_throughput_source(spec: ClusterSpec) -> str | None:
     """Where the volume's per-TiB figure comes from: the cloud's published tiers, or the stack (on-prem)."""
     from gpufleet.catalog.clouds import AWS, AZURE, GCP
+    from gpufleet.catalog.storage import storage_catalog
 
-    return {"aws": f"FSx for Lustre PERSISTENT_2 tier {AWS.fsx_lustre.source}",
-            "azure": f"Azure Managed Lustre tier {AZURE.managed_lustre.tiers_source}",
-            "gcp": f"Google Cloud Managed Lustre tier {GCP.managed_lustre.tiers_source}"}.get(spec.backend)
+    tiers = {"aws": f"FSx for Lustre PERSISTENT_2 tiers {AWS.fsx_lustre.source}",
+             "azure": f"Azure Managed Lustre tiers {AZURE.managed_lustre.tiers_source}",
+             "gcp": f"Google Cloud Managed Lustre tiers {GCP.managed_lustre.tiers_source}"}.get(spec.backend)
+    scaling = storage_catalog().lustre.throughput_sources.get(spec.backend)
+    return None if tiers is None else f"{tiers}; throughput = tier x capacity: {scaling}"
 
 
 def lustre_gates(spec: ClusterSpec, key: str, vol: LustreVolume) -> TargetGates:
@@ -196,28 +197,15 @@ class StorageSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
-def _env() -> jinja2.Environment:
-    from gpufleet.validation.bench import word
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             autoescape=False)  # shell, INI and YAML, not HTML
-    env.filters["shell_quote"] = lambda v: shlex.quote(str(v))
-    env.filters["word"] = word
-    return env
-
-
 def render_jobfile(target: StorageTarget, s: StorageSettings) -> str:
     """The target's fio job file (INI): four sections, run one at a time with ``fio --section``."""
-    return _env().get_template("storage.fio.j2").render(
+    return template_env().get_template("storage.fio.j2").render(
         target=target.name, kind=target.kind, mount=target.mount_path, runtime_s=s.runtime_s, ramp_s=s.ramp_s,
         size=s.size, gpus_per_node=s.gpus_per_node)
 
 
 def node_script(job: StorageJob, s: StorageSettings, results: str, jobfile: str) -> str:
     """What runs on each node: the four fio sections in order, one JSON each, then the test files removed."""
-    from gpufleet.validation.bench import word
-
     t = job.target
     work = f"{word(t.mount_path)}/gpufleet-bench/${{GPUFLEET_NODE}}"
     lines = ["set -euo pipefail",
@@ -235,8 +223,6 @@ def node_script(job: StorageJob, s: StorageSettings, results: str, jobfile: str)
 def mdtest_command(job: StorageJob, s: StorageSettings) -> str:
     """mdtest on one node, one rank per GPU: files only (-F), create/stat/remove (-C -T -r), a directory per
     rank (-u), MDTEST_ITERATIONS iterations (the gate reads the mean)."""
-    from gpufleet.validation.bench import word
-
     return (f"mdtest -F -C -T -r -u -n {MDTEST_FILES_PER_RANK} -i {MDTEST_ITERATIONS} "
             f"-d {word(job.target.mount_path)}/gpufleet-bench/mdtest-{word(job.name)}")
 
@@ -244,7 +230,7 @@ def mdtest_command(job: StorageJob, s: StorageSettings) -> str:
 def render_sbatch(job: StorageJob, s: StorageSettings) -> str:
     results = f"{s.output_dir}/{job.name}"
     jobfile = f"{results}/{job.target.name}.fio"
-    return _env().get_template("storage.sbatch.j2").render(
+    return template_env().get_template("storage.sbatch.j2").render(
         job_name=job.name, target=job.target.name, kind=job.target.kind, nodes=list(job.nodes),
         time_limit=s.time_limit, output_dir=s.output_dir, partition=s.partition, results=results,
         jobfile=jobfile, jobfile_text=render_jobfile(job.target, s),
@@ -265,7 +251,7 @@ def render_k8s(job: StorageJob, s: StorageSettings) -> dict[str, Any] | None:
     if t.kind == "lustre":
         script += (f'if [ "${{JOB_COMPLETION_INDEX:-0}}" = 0 ]; then mpirun --allow-run-as-root -np '
                    f'{s.gpus_per_node} {mdtest_command(job, s)} | tee "{results}/mdtest.txt"; fi\n')
-    text = _env().get_template("storage-job.yaml.j2").render(
+    text = template_env().get_template("storage-job.yaml.j2").render(
         name=job.name, namespace=s.namespace, image=s.image, nodes=list(job.nodes), kind=t.kind, target=t.name,
         mount=t.mount_path, claim=t.name, tolerations=list(s.tolerations), script=script)
     data: dict[str, Any] = yaml.safe_load(text)
