@@ -191,3 +191,14 @@ def test_rendered_job_file_and_node_script_run_in_fio(tmp_path: Path) -> None:
         total = r.total(direction)
         assert total is not None and total[0] > 0 and total[1] > 0, name
     assert list((tmp_path / "mnt" / "gpufleet-bench").iterdir()) == []  # the node's test files are gone
+
+
+def test_bench_only_settings_stay_out_of_the_role_vars(tmp_path: Path) -> None:
+    """drive_class and bench_gates are for the bench: the local_scratch role gets the keys it reads, as before."""
+    from gpufleet.inventory.writer import cluster_vars
+    from gpufleet.spec import load_spec
+
+    f = _stack_with(tmp_path, {"drive_class": "pcie4-e1s", "bench_gates": {"min_read_mbps": 100}})
+    spec = load_spec(str(f))
+    assert spec.storage.local_nvme is not None and spec.storage.local_nvme.drive_class == "pcie4-e1s"
+    assert cluster_vars(spec)["gpufleet_local_nvme"] == {"mount_path": "/scratch", "raid0": True, "devices": []}
