@@ -488,7 +488,6 @@ class LocalNvme(_Strict):
         {"min_read_mbps": 20000}))
 
 
-
 class Storage(_Strict):
     lustre: Lustre | None = Field(None, **_doc("Lustre file system for datasets and checkpoints.", None))
     local_nvme: LocalNvme | None = Field(None, **_doc("Local NVMe scratch on GPU nodes.", {"raid0": True}))
