@@ -424,12 +424,45 @@ class NodePool(_Strict):
         return self.count if self.count is not None else (self.min or 0)
 
 
+def _nvme_class(value: str) -> str:
+    from gpufleet.catalog.storage import storage_catalog
+
+    classes = storage_catalog().nvme.classes
+    if value not in classes:
+        raise PydanticCustomError("drive_class", "not an NVMe class of gpufleet/catalog/storage.yaml",
+                                  {"fix": f"use one of {', '.join(sorted(classes))}"})
+    return value
+
+
+NvmeClassName = Annotated[str, AfterValidator(_nvme_class)]
+
+
+def _gate(description: str, example: float) -> Any:
+    # allow_inf_nan=False: a .nan threshold would pass no gate and fail none.
+    return Field(None, gt=0, allow_inf_nan=False, **_doc(description, example))
+
+
+class StorageGates(_Strict):
+    """Thresholds of ``gpufleet bench storage`` for one target, each replacing its default (gpufleet/catalog/
+    storage.yaml: NVMe datasheet classes; clouds.yaml: the managed Lustre tiers)."""
+
+    min_read_mbps: float | None = _gate("Sequential read (and the parallel per-GPU read), MB/s (10^6 B/s); "
+                                        "for Lustre the sum over the pool's nodes.", 20000)
+    min_write_mbps: float | None = _gate("Sequential write, MB/s; for Lustre the sum over the pool's nodes.", 10000)
+    min_read_iops: float | None = _gate("Random 4 KiB read IOPS (for Lustre summed over the nodes).", 500000)
+    min_creates_per_s: float | None = _gate("mdtest file creates per second (Lustre volumes).", 5000)
+    min_stats_per_s: float | None = _gate("mdtest file stats per second (Lustre volumes).", 20000)
+
+
 class LustreVolume(_Strict):
     mount_path: MountPath = Field(**_doc("Where pods and hosts mount it.", "/lustre/datasets"))
     #: Sub-directory of the Lustre filesystem this volume exposes.
     subdir: CleanPath = Field("/", **_doc("Sub-directory of the file system this volume exposes.", "/datasets"))
     capacity_gib: int = Field(gt=0, **_doc("Capacity of the PersistentVolume (GiB).", 1048576))
     throughput_mbps_per_tib: int | None = Field(None, **_doc("Managed Lustre throughput tier.", 250))
+    bench_gates: StorageGates | None = Field(None, **_doc(
+        "Thresholds of gpufleet bench storage for this volume (default: throughput tier x capacity).",
+        {"min_creates_per_s": 5000}))
 
 
 class Lustre(_Strict):
@@ -448,6 +481,12 @@ class LocalNvme(_Strict):
     devices: list[DevicePath] = Field(default_factory=list, **_doc(
         "Whole-disk drives for the scratch; empty: every NVMe disk that holds nothing (role local_scratch).",
         ["/dev/nvme2n1", "/dev/nvme3n1"]))
+    drive_class: NvmeClassName | None = Field(None, **_doc(
+        "NVMe datasheet class of the drives (gpufleet/catalog/storage.yaml; default: its default_class): the "
+        "gates of gpufleet bench storage.", "pcie4-u2"))
+    bench_gates: StorageGates | None = Field(None, **_doc(
+        "Thresholds of gpufleet bench storage for the scratch (default: the drive class x drives).",
+        {"min_read_mbps": 20000}))
 
 
 class Storage(_Strict):
