@@ -17,6 +17,8 @@ FOREIGN = {"gpufleet-mol-audit-keyring": "cuda_keyring", "gpufleet-mol-audit-deb
 NODES = [NODE, *FOREIGN]
 #: Read from the container host's kernel (a container has no sysctl of its own): not a property of the node.
 HOST_KERNEL = {"numa-balancing"}
+#: Findings of a pool: they list every host of the pool, the message says which host differs.
+POOL_LEVEL = {"version-skew", "power-limit-skew", "lock-refused"}
 
 
 def _report() -> dict:
@@ -24,13 +26,20 @@ def _report() -> dict:
 
 
 def _ids(node: str) -> set[str]:
-    return {f["id"] for f in _report()["findings"] if node in f["hosts"]} - HOST_KERNEL
+    return {f["id"] for f in _report()["findings"] if node in f["hosts"]} - HOST_KERNEL - POOL_LEVEL
 
 
-def _finding(node: str, fid: str) -> dict:
-    (found,) = [f for f in _report()["findings"] if f["id"] == fid and node in f["hosts"]
-                and (fid != "version-skew" or f["message"].startswith("driver "))]
-    return found
+def _driver_groups() -> list[str]:
+    """The driver skew's groups ("<version> on <hosts>"), one per version the pool runs."""
+    (skew,) = [f for f in _report()["findings"] if f["id"] == "version-skew" and f["message"].startswith("driver ")]
+    return skew["message"].split(": ", 1)[1].split("; ")
+
+
+def _messages(node: str, fid: str) -> str:
+    """Every message of finding ``fid`` naming ``node``, one per line (one per origin, per drop-in, per component)."""
+    found = [f["message"] for f in _report()["findings"] if f["id"] == fid and node in f["hosts"]]
+    assert found, fid
+    return "\n".join(found)
 
 
 def _host(node: str) -> dict:
@@ -56,11 +65,15 @@ def test_every_node_was_audited(host):
 
 @pytest.mark.parametrize("node", sorted(FOREIGN))
 def test_each_foreign_kind_gets_exactly_its_findings(host, node):
-    assert _ids(node) == set(KINDS[FOREIGN[node]]["expect"])
+    expect = set(KINDS[FOREIGN[node]]["expect"])
+    assert _ids(node) == expect - POOL_LEVEL
+    # The pool's driver skew names the node apart from the gpufleet node exactly when its kind expects it.
+    (group,) = [g for g in _driver_groups() if node in g.split(" on ", 1)[1].split(", ")]
+    assert (NODE not in group) == ("version-skew" in expect), group
 
 
-def test_the_gpufleet_node_gets_only_the_planted_conflict_and_the_pools_skew(host):
-    assert _ids(NODE) == {"source-conflict", "version-skew"}
+def test_the_gpufleet_node_gets_only_the_planted_conflict(host):
+    assert _ids(NODE) == {"source-conflict"}
 
 
 def test_the_conflicting_source_is_named(host):
@@ -84,9 +97,9 @@ def test_a_cuda_keyring_node_names_its_source_and_keyring(host):
     assert h["packages"] and not any(p["held"] for p in h["packages"])
     assert {p["keyring"] for p in h["packages"] if p["name"] == "cuda-drivers"} == {
         "/usr/share/keyrings/cuda-archive-keyring.gpg"}
-    msg = _finding(node, "foreign-source")["message"]
+    msg = _messages(node, "foreign-source")
     assert "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list" in msg and "/usr/share/keyrings/" in msg
-    assert "590.48.01 on gpufleet-mol-audit-keyring" in _finding(node, "version-skew")["message"]
+    assert "590.48.01 on gpufleet-mol-audit-keyring" in _messages(node, "version-skew")
 
 
 def test_debians_own_driver_is_named_with_its_archive(host):
@@ -97,16 +110,16 @@ def test_debians_own_driver_is_named_with_its_archive(host):
     assert pkgs["nvidia-smi"]["version"] == "535.261.03-1" and not pkgs["nvidia-smi"]["held"]
     assert pkgs["nvidia-smi"]["origin"] == "http://deb.debian.org/debian"
     assert h["versions"]["driver"] == "535.261.03"
-    assert "http://deb.debian.org/debian" in _finding(node, "foreign-source")["message"]
-    assert "535.261.03 on gpufleet-mol-audit-debian" in _finding(node, "version-skew")["message"]
+    assert "http://deb.debian.org/debian" in _messages(node, "foreign-source")
+    assert "535.261.03 on gpufleet-mol-audit-debian" in _messages(node, "version-skew")
 
 
 def test_nvidia_roles_node_names_the_pin_and_the_override(host):
     node = "gpufleet-mol-audit-role"
     pkgs = {p["name"]: p for p in _host(node)["packages"]}
     assert pkgs["cuda-drivers-570"]["version"] == "570.133.20-1"
-    assert "570.133.20: cuda-drivers-570" in _finding(node, "driver-package-skew")["message"]
-    msg = _finding(node, "unit-override")["message"]
+    assert "570.133.20: cuda-drivers-570" in _messages(node, "driver-package-skew")
+    msg = _messages(node, "unit-override")
     assert "nvidia-persistenced.service.d/override.conf" in msg and "--verbose" in msg
     # Persistence is on there (the role enables nvidia-persistenced): no persistence finding.
     assert all(g["persistence_mode"] for g in _host(node)["gpus"])
