@@ -244,6 +244,9 @@ def test_the_foreign_kinds_definition_is_plain_data_the_audit_and_docs_know() ->
         assert all(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+~:-]+)?", p) for p in kind["install"]), name
     for fid in emitted:
         assert f"`{fid}`" in docs, f"docs/audit.md does not explain finding {fid}"
+    # The maker reads every field that makes state (title and expect are for people and the verifier).
+    maker = (REPO_ROOT / "molecule" / "shared" / "foreign.yml").read_text()
+    assert set(re.findall(r"__kind\.([a-z_]+)", maker)) == fields - {"title", "expect"}
 
 
 # --- proposed stack -------------------------------------------------------------------------------------------
