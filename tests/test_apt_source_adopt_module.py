@@ -13,7 +13,7 @@ import yaml
 
 MODULE = Path(__file__).resolve().parents[1] / "ansible" / "library" / "apt_source_adopt.py"
 # The one description of other installers' sources (the cuda-keyring layout, trusted=yes copies).
-FOREIGN = Path(__file__).resolve().parents[1] / "molecule" / "shared" / "foreign_sources.yml"
+FOREIGN = Path(__file__).resolve().parent / "fixtures" / "apt" / "foreign_sources.yml"
 URI = "file:///srv/gpufleet-repo/ubuntu2204/x86_64"
 OWN = f"deb [signed-by=/etc/apt/keyrings/cuda-archive-keyring.asc] {URI} /\n"
 ARCHIVE = "deb http://archive.ubuntu.com/ubuntu jammy main\n"
@@ -35,7 +35,7 @@ def tree(root: Path) -> dict[str, str]:
 
 
 def plant(root: Path) -> dict[str, str]:
-    """The foreign sources of molecule/shared/foreign_sources.yml under root, with gpufleet's and unrelated ones."""
+    """The foreign sources of tests/fixtures/apt/foreign_sources.yml under root, with gpufleet's and unrelated ones."""
     (root / "d").mkdir()
     (root / "sources.list").write_text(ARCHIVE)
     (root / "d" / "cuda-ubuntu2204-x86_64.list").write_text(OWN)

@@ -39,9 +39,9 @@ def test_unsigned_copy_would_be_refused(host):
     assert "NO_PUBKEY" in r.stdout or "is not signed" in r.stdout, r.stdout
 
 
-# Issue 28 point 4: the other installers' sources prepare.yml planted (molecule/shared/foreign_sources.yml) are moved
+# Issue 28 point 4: the other installers' sources prepare.yml planted (tests/fixtures/apt/foreign_sources.yml) are moved
 # aside as <file>.gpufleet-replaced copies, byte for byte, never deleted; the main sources.list keeps its other lines.
-FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign_sources.yml"
+FOREIGN = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "apt" / "foreign_sources.yml"
 URI = "file:///srv/gpufleet-repo/ubuntu2204/x86_64"
 
 
