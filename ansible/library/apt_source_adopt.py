@@ -13,8 +13,9 @@ description:
     C(<file>.gpufleet-replaced). apt reads only the C(.list) and C(.sources) files of sources.list.d and ignores the
     others (sources.list(5), SOURCES.LIST.D), so the copy is kept and out of apt's way; nothing is deleted.
   - A second source of one repository with another C(signed-by) (what NVIDIA's cuda-keyring package sets up) or
-    C(trusted=yes) makes apt stop with "Conflicting values set for option Signed-By/Trusted"; this runs before the
-    role's own source and the index refresh.
+    C(trusted=yes) makes apt stop with "Conflicting values set for option Signed-By/Trusted"; the nvidia_repo role is
+    to run this before its own source and the index refresh (issue 28 point 4; wiring in commit 7eddd78, reverted
+    until its Molecule scenario passes).
   - In O(sources_list) (the main file, which also holds the distribution's own archive) only the matching lines are
     commented out, after a copy of the file is kept as C(<file>.gpufleet-replaced).
   - A copy that already exists is never overwritten, the next free C(.gpufleet-replaced.N) name is taken.

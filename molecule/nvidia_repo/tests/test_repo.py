@@ -1,9 +1,5 @@
 """nvidia_repo: the fixture repository is consumed through its key with signed-by, and resolves."""
 
-from pathlib import Path
-
-import yaml
-
 KEYRING = "/etc/apt/keyrings/cuda-archive-keyring.asc"
 SOURCE = "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"
 
@@ -37,40 +33,3 @@ def test_unsigned_copy_would_be_refused(host):
         "-o Dir::State::Lists=/tmp/lists-nokey update 2>&1"
     )
     assert "NO_PUBKEY" in r.stdout or "is not signed" in r.stdout, r.stdout
-
-
-# Issue 28 point 4: the other installers' sources prepare.yml planted (tests/fixtures/apt/foreign_sources.yml) are moved
-# aside as <file>.gpufleet-replaced copies, byte for byte, never deleted; the main sources.list keeps its other lines.
-FOREIGN = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "apt" / "foreign_sources.yml"
-URI = "file:///srv/gpufleet-repo/ubuntu2204/x86_64"
-
-
-def _foreign() -> list[dict[str, str]]:
-    entries = yaml.safe_load(FOREIGN.read_text())["foreign_sources"]
-    for e in entries:
-        e["content"] = e["content"].replace("@URI@", URI)
-    return entries
-
-
-def test_foreign_sources_kept_as_replaced_copies(host):
-    for e in _foreign():
-        copy = host.file(e["path"] + ".gpufleet-replaced")
-        assert copy.exists, e["path"]
-        if e.get("append"):
-            # The main file: the copy holds the planted line, the live file only commented out.
-            assert e["content"].strip() in copy.content_string.splitlines()
-            live = host.file(e["path"]).content_string.splitlines()
-            assert e["content"].strip() not in live
-            assert "# " + e["content"].strip() in live
-        else:
-            assert not host.file(e["path"]).exists, e["path"]
-            assert copy.content_string.strip() == e["content"].strip()
-
-
-def test_only_gpufleet_source_points_at_repository(host):
-    active = host.run(
-        f"grep -rlsE '^[^#]*{URI}' /etc/apt/sources.list "
-        "/etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
-    ).stdout.split()
-    assert active == [SOURCE]
-
