@@ -65,6 +65,10 @@ COMMANDS: list[list[str]] = [
     ["plan", "--stack", "{f}"], ["plan", "--stack", "{f}", "--json"],
     ["validate", "--stack", "{f}"], ["validate", "--stack", "{f}", "--json"],
     ["drift", "--stack", "{f}"], ["drift", "--stack", "{f}", "--json"],
+    ["audit", "--stack", "{f}"], ["audit", "--stack", "{f}", "--json"],
+    # The commands that act on hosts read the stack first, so a refused stack stops them with the same error.
+    ["up", "--stack", "{f}"], ["converge", "--stack", "{f}"], ["remediate", "--stack", "{f}"],
+    ["status", "--stack", "{f}"], ["down", "--stack", "{f}"],
 ]
 
 

@@ -125,3 +125,20 @@ def test_one_leaf_needs_no_root_and_a_bad_name_is_refused(tmp_path: Path) -> Non
     (tmp_path / "bad").mkdir()
     rc, log, _ = _run(tmp_path / "bad", ["topology.conf"], gpu={"gpu-0": _place("leaf 01\nNodes=x")})
     assert rc != 0 and "refusing to write these into slurm.conf" in log
+
+
+def test_health_check_program_prolog_and_epilog(tmp_path: Path) -> None:
+    # Issue 29 point 5: gpufleet's node health check at HealthCheckInterval, the quick checks as Prolog, the
+    # GPU-holder check as Epilog (programs the role installs: tests/test_slurm_health.py).
+    rc, log, out = _run(tmp_path, ["slurm.conf"], slurm_healthcheck_interval_seconds=120)
+    assert rc == 0, log
+    conf = _settings(out / "ctl.slurm.conf")
+    assert conf["HealthCheckProgram"] == "/usr/local/sbin/gpufleet-slurm-healthcheck"
+    assert (conf["HealthCheckInterval"], conf["HealthCheckNodeState"]) == ("120", "ANY,CYCLE")
+    assert conf["Prolog"] == "/usr/local/sbin/gpufleet-slurm-prolog"
+    assert conf["Epilog"] == "/usr/local/sbin/gpufleet-slurm-epilog"
+    (tmp_path / "off").mkdir()
+    rc, log, out2 = _run(tmp_path / "off", ["slurm.conf"], slurm_healthcheck_enabled=False,
+                         slurm_healthcheck_prolog=False, slurm_healthcheck_epilog=False)
+    assert rc == 0, log
+    assert not {"HealthCheckProgram", "Prolog", "Epilog"} & set(_settings(out2 / "ctl.slurm.conf"))

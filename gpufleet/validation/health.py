@@ -60,18 +60,22 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.catalog.model import GpuModel
 from gpufleet.parsers.errors import ParseError
 from gpufleet.parsers.smi_xml import GpuInfo, SmiReport, parse_smi_xml
-from gpufleet.spec import Taint
 from gpufleet.topology import Topology, parse_topo_m
 from gpufleet.validation import xid
 from gpufleet.validation.dcgm_diag import DiagReport, gpus_named, parse_dcgm_diag
 from gpufleet.validation.ibstat import IbstatReport, parse_ibstat, select_hcas
 from gpufleet.validation.smart import CRITICAL_WARNING_BITS, SmartReport, SmartThresholds, parse_smart
 from gpufleet.validation.xid import HEALTH_TAINT_KEY, Severity
+
+# Types only at import time: the Slurm health program (gpufleet.validation.node_check) runs these checks on a
+# node with bare python3, without pydantic (which the catalog and gpufleet.spec need).
+if TYPE_CHECKING:
+    from gpufleet.catalog.model import GpuModel
+    from gpufleet.spec import Taint
 
 BUNDLE_SCHEMA = 1
 
@@ -95,6 +99,7 @@ SEVERITY_ORDER: tuple[Severity, ...] = ("critical", "warning", "info")
 
 def taint_for(action: NodeAction) -> Taint | None:
     """Kubernetes taint for ``action``: the Xid catalog's, and NoSchedule for remediate."""
+    from gpufleet.spec import Taint
     if action is NodeAction.REMEDIATE:
         return Taint(key=HEALTH_TAINT_KEY, value=action.value, effect="NoSchedule")
     return xid.taint_for(xid.Action(action.value))
@@ -232,6 +237,8 @@ class Expectations:
     ib_rate_gbps: int | None = None
     #: GPUs expected on the node; None: the catalog's gpus_per_node.
     gpu_count: int | None = None
+    #: NVSwitch board without a catalog model (the node's health program has no catalog); None: the model's.
+    nvswitch: bool | None = None
 
 
 @dataclass
@@ -431,15 +438,17 @@ def check_pcie(gpu: GpuInfo) -> list[Finding]:
 
 
 def check_fabric_manager(data: NodeData, exp: Expectations) -> list[Finding]:
-    if exp.model is None or not exp.model.nvswitch:
+    nvswitch = exp.model.nvswitch if exp.model is not None else bool(exp.nvswitch)
+    if not nvswitch:
         return []
     state = data.fabricmanager_state or "unknown"
     if not data.fabricmanager_installed:
         state = "not installed"
     if state == "active":
         return []
+    board = exp.model.name if exp.model is not None else "NVSwitch"
     return [_f("fabric-manager", "critical", NodeAction.REMEDIATE,
-               f"nvidia-fabricmanager is {state} on an NVSwitch board ({exp.model.name}): CUDA cannot initialise "
+               f"nvidia-fabricmanager is {state} on an NVSwitch board ({board}): CUDA cannot initialise "
                f"the GPUs; install/start it at the driver's version")]
 
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from gpufleet.spec import Taint
+# Only the type at import time: the Slurm health program runs this module on a node with bare python3 (no
+# pydantic, which gpufleet.spec needs); taint_for imports it where it is called.
+if TYPE_CHECKING:
+    from gpufleet.spec import Taint
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 XID_DOC_URL = "https://docs.nvidia.com/deploy/xid-errors/index.html"
@@ -175,6 +178,7 @@ def codes_for(action: Action) -> list[int]:
 
 def taint_for(action: Action) -> Taint | None:
     """Kubernetes taint a node gets for ``action``; None where the node keeps taking work."""
+    from gpufleet.spec import Taint
     if action in (Action.ISOLATE, Action.REBOOT):
         # The GPU is gone or untrustworthy: evict running pods too.
         return Taint(key=HEALTH_TAINT_KEY, value=action.value, effect="NoExecute")

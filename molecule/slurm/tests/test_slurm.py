@@ -2,6 +2,7 @@
 the GPU node's topology (a real 8x H100 matrix) as slurmd itself reads it (slurmd -G)."""
 
 import re
+import time
 
 import pytest
 
@@ -176,3 +177,52 @@ def test_topology_follows_the_stacks_place(host):
     assert set(switches) == {"leaf-01", "b1"}, out
     assert re.search(r"Level=0\b", switches["leaf-01"]) and f"Nodes={NODE}" in switches["leaf-01"], out
     assert re.search(r"Level=1\b", switches["b1"]) and "Switches=leaf-01" in switches["b1"], out
+
+
+def _node_state(host):
+    """(State=, Reason= without its [user@time] suffix, the whole record) of the GPU node as slurmctld has it."""
+    out = host.check_output(f"scontrol show node {NODE}")
+    reason = re.search(r"^\s*Reason=(.*?)(?: \[[^\]]*\])?\s*$", out, re.M)
+    return re.search(r"\bState=(\S+)", out).group(1), reason.group(1) if reason else "", out
+
+
+def test_a_planted_gpu_fault_drains_the_node_and_a_new_job_avoids_it(host):
+    # Issue 29 point 5: slurmd runs gpufleet's node health check (HealthCheckProgram, every HealthCheckInterval;
+    # run here directly, for determinism); a volatile double-bit ECC error planted on GPU 3 (as the node_validation
+    # scenario plants it) drains the node with the finding as the reason, a new job pends instead of landing on it,
+    # and the node comes back only when the operator resumes it (a clean check does not return it).
+    if host.backend.get_hostname() != NODE:
+        pytest.skip("planted and checked on the GPU node")
+    conf = _show_config(host)
+    program = conf.get("HealthCheckProgram", "(none)")
+    assert program == "/usr/local/sbin/gpufleet-slurm-healthcheck", conf
+    assert conf["HealthCheckInterval"] == "300 sec", conf
+    assert (conf["Prolog"], conf["Epilog"]) == ("/usr/local/sbin/gpufleet-slurm-prolog",
+                                                "/usr/local/sbin/gpufleet-slurm-epilog"), conf
+    state, _, out = _node_state(host)
+    assert "DRAIN" not in state, out
+    healthy = host.run(program)
+    assert healthy.rc == 0 and "DRAIN" not in _node_state(host)[0], healthy.stdout + healthy.stderr
+    job = None
+    try:
+        host.check_output("gpusim-ctl set --gpu 3 --ecc-dbe-volatile 1")
+        r = host.run(program)
+        assert r.rc == 0, r.stdout + r.stderr
+        state, reason, out = _node_state(host)
+        assert "DRAIN" in state, out
+        assert reason.startswith("gpufleet:reset-gpu check=ecc-dbe gpu="), out
+        job = host.check_output("sbatch --parsable --nodes=1 --time=1 --wrap hostname").split(";")[0]
+        time.sleep(3)
+        queued = host.check_output(f"squeue --noheader --jobs {job} --format '%T %N'")
+        assert queued.split()[0] == "PENDING" and NODE not in queued, queued
+        # Healthy again: still drained until the operator resumes it (ReturnToService never resumes DRAIN).
+        host.check_output("gpusim-ctl set --gpu 3 --ecc-dbe-volatile 0")
+        assert host.run(program).rc == 0
+        assert "DRAIN" in _node_state(host)[0]
+    finally:
+        if job:
+            host.run(f"scancel {job}")
+        host.run("gpusim-ctl set --gpu 3 --ecc-dbe-volatile 0")
+        host.run(f"scontrol update nodename={NODE} state=resume")
+    state, _, out = _node_state(host)
+    assert "DRAIN" not in state, out
