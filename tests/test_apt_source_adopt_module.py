@@ -97,6 +97,11 @@ def test_foreign_sources_moved_aside_and_kept_and_named_in_the_summary(tmp_path:
     # The main file keeps the distribution's lines; only the repository's line is commented out.
     assert after["sources.list"] == ARCHIVE + "# " + planted["sources.list"]
     assert after["d/docker.list"] == OTHER
+    # Each with the options of its entries, for `gpufleet drift` to rate (tests/test_drift_source_adopt.py).
+    options = {str(Path(r["path"]).relative_to(tmp_path)): r["options"] for r in result["replaced"]}
+    assert options["d/cuda-trusted.list"] == {"trusted": "yes"} and options["sources.list"] == {"trusted": "yes"}
+    assert options["d/" + OWN_NAME] == {"signed-by": "/usr/share/keyrings/cuda-archive-keyring.gpg"}
+    assert options["d/cuda-ubuntu2204-x86_64.sources"] == {"signed-by": "/usr/share/keyrings/cuda-archive-keyring.gpg"}
     notice = result["gpufleet_notice"]
     assert notice["event"] == "replaced apt sources"
     for rel in planted:

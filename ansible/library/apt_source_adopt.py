@@ -62,12 +62,15 @@ RETURN = r"""
 replaced:
   description:
     - Each file moved aside (kind C(move)) or whose matching lines were commented out (kind C(edit)), with where its
-      copy is (check mode - where it would be).
+      copy is (check mode - where it would be), O(uri), and the options of its entries for it (C(signed-by),
+      C(trusted)...), which C(gpufleet drift) rates (a C(trusted=yes) copy is a security finding).
   type: list
   elements: dict
   returned: always
   sample: [{path: /etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.sources, kind: move,
-            copy: /etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.sources.gpufleet-replaced}]
+            copy: /etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.sources.gpufleet-replaced,
+            uri: "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64",
+            options: {signed-by: /usr/share/keyrings/cuda-archive-keyring.gpg}}]
 gpufleet_notice:
   description:
     - The line for the run's summary (gpufleet/ansible_run/results.py), set when something was (check mode - would
@@ -81,6 +84,7 @@ gpufleet_notice:
 
 import os
 import shutil
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -104,11 +108,23 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def plan(uri: str, keep: str, keep_marker: str, sources_dir: str, sources_list: str) -> list[dict[str, str]]:
-    """The files to move aside (kind move) and the main file to edit (kind edit), in a stable order."""
-    found: list[dict[str, str]] = []
+def options_of(text: str, uri: str) -> dict[str, str]:
+    """The options of the file's entries for uri, one value each; an option that turns signature checks off
+    (trusted=yes…) wins over the same option unset, for `gpufleet drift` to rate it (security)."""
+    merged: dict[str, str] = {}
+    for s in entries_for(text, uri):
+        for key, value in s.options.items():
+            if key not in merged or value.lower() in ("yes", "true", "1"):
+                merged[key] = value
+    return merged
+
+
+def plan(uri: str, keep: str, keep_marker: str, sources_dir: str, sources_list: str) -> list[dict[str, Any]]:
+    """The files to move aside (kind move) and the main file to edit (kind edit), in a stable order, each with
+    the URI and options of its entries for uri."""
+    found: list[dict[str, Any]] = []
     if os.path.isfile(sources_list) and entries_for(_read(sources_list), uri):
-        found.append({"path": sources_list, "kind": "edit"})
+        found.append({"path": sources_list, "kind": "edit", "options": options_of(_read(sources_list), uri)})
     if not os.path.isdir(sources_dir):
         return found
     for name in sorted(os.listdir(sources_dir)):
@@ -119,11 +135,11 @@ def plan(uri: str, keep: str, keep_marker: str, sources_dir: str, sources_list: 
         if os.path.realpath(path) == os.path.realpath(keep) and (not keep_marker or keep_marker in text.splitlines()):
             continue
         if entries_for(text, uri):
-            found.append({"path": path, "kind": "move"})
+            found.append({"path": path, "kind": "move", "options": options_of(text, uri)})
     return found
 
 
-def apply(entry: dict[str, str], uri: str) -> str:
+def apply(entry: dict[str, Any], uri: str) -> str:
     """Move or edit one file; returns where its copy is."""
     path = entry["path"]
     copy = free_copy(path)
@@ -155,14 +171,15 @@ def main() -> None:
     p = module.params
     uri: str = p["uri"]
     found = plan(uri, p["keep"], p["keep_marker"], p["sources_dir"], p["sources_list"])
-    replaced: list[dict[str, str]] = []
+    replaced: list[dict[str, Any]] = []
     for entry in found:
         try:
             copy = free_copy(entry["path"]) if module.check_mode else apply(entry, uri)
         except OSError as e:
             module.fail_json(msg=f"apt_source_adopt: cannot move aside {entry['path']}: {e}. Fix: make the file "
                                  "movable, or remove that source of the repository by hand.", replaced=replaced)
-        replaced.append({"path": entry["path"], "copy": copy, "kind": entry["kind"]})
+        replaced.append({"path": entry["path"], "copy": copy, "kind": entry["kind"], "uri": uri,
+                         "options": entry["options"]})
     result: dict[str, object] = {"changed": bool(replaced), "replaced": replaced}
     if replaced:
         result["gpufleet_notice"] = {

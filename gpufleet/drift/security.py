@@ -153,9 +153,25 @@ def munge_key_findings(action: str, res: Mapping[str, Any]) -> dict[str, list[st
     return {MUNGE_KEY: reasons or ["munge key differs from the cluster's"]}
 
 
+def adopt_findings(action: str, res: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{path: reasons} for the other sources of a managed repository that the ``apt_source_adopt`` module would
+    replace and that turn signature checks off (its ``replaced[].options``, read with the shared grammar)."""
+    out: dict[str, list[str]] = {}
+    if action.rsplit(".", 1)[-1] != "apt_source_adopt":
+        return out
+    for r in res.get("replaced") or []:
+        if not isinstance(r, Mapping) or not isinstance(r.get("options"), Mapping):
+            continue
+        reasons = [f"{opt}=yes on {r.get('uri') or 'the repository'}: {why}" for opt, why in _INSECURE.items()
+                   if _yes(str(r["options"].get(opt) or ""))]
+        if reasons:
+            out[str(r.get("path"))] = reasons
+    return out
+
+
 def task_findings(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]]) -> dict[str, list[str]]:
     """{path: reasons} for a changed task's files that weaken apt's or munge's trust."""
-    out: dict[str, list[str]] = munge_key_findings(action, res)
+    out: dict[str, list[str]] = munge_key_findings(action, res) or adopt_findings(action, res)
     if out:
         return out
     for path, before, after in task_files(action, res, diffs):
