@@ -3,7 +3,9 @@ installers' sources prepare.yml planted are replaced, kept as .gpufleet-replaced
 
 from pathlib import Path
 
+import pytest
 import yaml
+from nodestate import assert_locked
 
 KEYRING = "/etc/apt/keyrings/cuda-archive-keyring.asc"
 SOURCE = "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"
@@ -84,3 +86,16 @@ def test_only_gpufleet_s_source_points_at_the_repository(host):
     # apt agrees: one source of the repository, read without a conflict
     update = host.run("apt-get update 2>&1")
     assert update.rc == 0 and "Conflicting" not in update.stdout, update.stdout
+
+
+# prepare.yml installed cuDNN from the cuda-keyring source at the locked version, nothing held: cudnn took it over.
+@pytest.mark.parametrize("pkg", ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12"])
+def test_packages_from_the_other_source_taken_over_held_and_pinned(host, pkg):
+    assert_locked(host, pkg, "9.10.2.21-1", "/etc/apt/preferences.d/gpufleet-cudnn.pref")
+
+
+def test_packages_taken_over_without_a_reinstall(host):
+    # dpkg rewrites a package's file list when it installs it again
+    before = host.file("/root/gpufleet-cudnn-list.mtime").content_string.strip()
+    now = host.run("stat -c %Y /var/lib/dpkg/info/libcudnn9-cuda-12*.list").stdout.strip()
+    assert now == before
