@@ -64,6 +64,9 @@ class HostState:
     applied: str | None = None
     #: Consecutive healthy checks since the last unhealthy one.
     streak: int = 0
+    #: The node's pool when the action was applied: a node acted on that is not checked this time (down for
+    #: the reboot it was tainted for, outside ``--limit``) still counts against its pool's rate limit.
+    pool: str | None = None
 
 
 @dataclass
@@ -75,7 +78,7 @@ class ActionState:
         if not path.exists():
             return cls()
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return cls({h: HostState(applied=v.get("applied"), streak=int(v.get("streak", 0)))
+        return cls({h: HostState(applied=v.get("applied"), streak=int(v.get("streak", 0)), pool=v.get("pool"))
                     for h, v in (raw.get("hosts") or {}).items()})
 
     def save(self, path: Path) -> None:
@@ -139,6 +142,10 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
         sick = {n.host for n in members if n.taint is not None}
         in_use = sum(1 for n in members if state.hosts.get(n.host, HostState()).applied is not None
                      and (n.host in sick or not (clear or state.hosts[n.host].streak + 1 >= policy.healthy_streak)))
+        # Acted on, not checked now: it keeps its action (nothing proves it healthy), so it keeps its share.
+        checked = {n.host for n in members}
+        in_use += sum(1 for h, s in state.hosts.items()
+                      if h not in checked and s.applied is not None and s.pool == pool)
         order = sorted(members, key=lambda n: (ACTION_ORDER.index(n.action) if n.action else len(ACTION_ORDER),
                                                n.host))
         for n in order:
@@ -161,6 +168,7 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
                 if hs.applied is None:
                     in_use += 1
                 hs.applied = action
+                hs.pool = pool
                 items.append(PlannedAction(n.host, pool, "apply", action, text, n.drain_reason,
                                            "; ".join(f.check for f in n.findings if f.severity == "critical")))
                 continue
@@ -358,10 +366,10 @@ def executor_for(target: Target, markers: Path) -> Executor:
     return MarkerExecutor(markers)
 
 
-def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
-                execute: Executor, policy: ActionPolicy, clear: bool = False) -> dict[str, Any]:
-    """Plan, apply, save the state and write the metrics next to it; the JSON ``gpufleet validate`` reports."""
-    state = ActionState.load(state_path)
+def act(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Mapping[str | None, int],
+        execute: Executor, policy: ActionPolicy, clear: bool = False) -> tuple[ActionPlan, list[AppliedAction]]:
+    """Plan and apply, updating ``state``: the one path of ``gpufleet validate --apply`` and the watcher
+    (:mod:`gpufleet.validation.watcher`)."""
     plan = plan_actions(nodes, state, pool_sizes, policy, clear)
     applied = apply_plan(plan, execute)
     # A failed application is not recorded as applied: the next run tries again.
@@ -369,6 +377,14 @@ def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int
         if a.error is not None:
             hs = state.hosts[a.item.host]
             hs.applied = None if a.item.decision == "apply" else a.item.action
+    return plan, applied
+
+
+def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
+                execute: Executor, policy: ActionPolicy, clear: bool = False) -> dict[str, Any]:
+    """Plan, apply, save the state and write the metrics next to it; the JSON ``gpufleet validate`` reports."""
+    state = ActionState.load(state_path)
+    plan, applied = act(nodes, state, pool_sizes, execute, policy, clear)
     state.save(state_path)
     metrics = state_path.with_name("gpufleet_health_actions.prom")
     metrics.write_text(metrics_text(plan, applied), encoding="utf-8")
