@@ -51,6 +51,7 @@ from gpufleet.validation.health import Expectations, NodeData, NodeHealth, evalu
 from gpufleet.validation.node_agent import AGENT_PORT
 
 NAMESPACE = "gpufleet"
+EVENTS_NAMESPACE = "default"
 AGENT_NAME = "gpufleet-health-agent"
 CONTROLLER_NAME = "gpufleet-health-controller"
 APP_LABEL = "app.kubernetes.io/name"
@@ -191,7 +192,8 @@ class Watcher:
         for r in reports:
             seen[r.pool] = seen.get(r.pool, 0) + 1
         sizes = {p: max(self.pool_sizes.get(p, 0), n) for p, n in seen.items()}
-        plan, applied = act(nodes, self.state, sizes, KubernetesExecutor(self.transport, self.namespace),
+        # Events about a Node (cluster-scoped) go to "default": core/v1 refuses them in other namespaces.
+        plan, applied = act(nodes, self.state, sizes, KubernetesExecutor(self.transport, EVENTS_NAMESPACE),
                             self.policy)
         return Cycle(plan, applied, reports, nodes, self.clock())
 
