@@ -119,10 +119,9 @@ class ActionPlan:
 
 
 def _taint_text(action: NodeAction) -> str | None:
-    from gpufleet.validation.health import taint_for
+    from gpufleet.validation.health import taint_text
 
-    t = taint_for(action)
-    return None if t is None else f"{t.key}={t.value}:{t.effect}"
+    return taint_text(action)
 
 
 def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Mapping[str | None, int],
@@ -139,7 +138,7 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
         budget = policy.budget(size)
         budgets[pool or "-"] = budget
         # Nodes of the pool already carrying an action (and still unhealthy or not yet cleared) use the budget.
-        sick = {n.host for n in members if n.taint is not None}
+        sick = {n.host for n in members if n.taint_text is not None}
         in_use = sum(1 for n in members if state.hosts.get(n.host, HostState()).applied is not None
                      and (n.host in sick or not (clear or state.hosts[n.host].streak + 1 >= policy.healthy_streak)))
         # Acted on, not checked now: it keeps its action (nothing proves it healthy), so it keeps its share.
@@ -150,11 +149,10 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
                                                n.host))
         for n in order:
             hs = state.hosts.setdefault(n.host, HostState())
-            taint = n.taint
-            if taint is not None:
+            text = n.taint_text
+            if text is not None:
                 hs.streak = 0
-                action = taint.value
-                text = f"{taint.key}={taint.value}:{taint.effect}"
+                action = text.rpartition(":")[0].partition("=")[2]
                 if hs.applied == action:
                     items.append(PlannedAction(n.host, pool, "unchanged", action, text, n.drain_reason,
                                                "already applied"))
@@ -381,12 +379,17 @@ def act(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Mapping[str
 
 
 def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
-                execute: Executor, policy: ActionPolicy, clear: bool = False) -> dict[str, Any]:
-    """Plan, apply, save the state and write the metrics next to it; the JSON ``gpufleet validate`` reports."""
+                execute: Executor, policy: ActionPolicy, clear: bool = False,
+                metrics: Path | None = None) -> dict[str, Any]:
+    """Plan, apply, save the state and write the metrics (default: next to the state); the JSON
+    ``gpufleet validate`` reports."""
     state = ActionState.load(state_path)
     plan, applied = act(nodes, state, pool_sizes, execute, policy, clear)
     state.save(state_path)
-    metrics = state_path.with_name("gpufleet_health_actions.prom")
-    metrics.write_text(metrics_text(plan, applied), encoding="utf-8")
+    metrics = metrics or state_path.with_name("gpufleet_health_actions.prom")
+    # Written whole, then renamed: node_exporter's textfile collector never reads half a file.
+    tmp = metrics.with_suffix(".prom.tmp")
+    tmp.write_text(metrics_text(plan, applied), encoding="utf-8")
+    tmp.replace(metrics)
     return {**plan.to_json(), "applied": [a.to_json() for a in applied], "state": str(state_path),
             "metrics": str(metrics), "policy": asdict(policy)}
