@@ -91,6 +91,11 @@ class Fleet:
             (root / "run/gpusim/kmsg").write_text("")
             self.roots[h] = root
             self.tails[h] = node_agent.KernelLogTail(str(root / "run/gpusim/kmsg"), 3600)
+            # Written once, before any check: a script written while another thread forks can fail to run
+            # (ETXTBSY: the child holds the write descriptor until its exec), and the controller fetches in parallel.
+            smi = tmp / f"nvidia-smi-{h}"
+            smi.write_text(f'#!/bin/sh\nGPUSIM_ROOT={root} exec {sys.executable} {GPUSIM} "$@"\n')
+            smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
         self.by_ip = {f"10.0.0.{i}": h for i, h in enumerate(hosts)}
 
     def ctl(self, host: str, *args: str) -> None:
@@ -101,10 +106,7 @@ class Fleet:
         host = self.by_ip[url.split("//")[1].split(":")[0]]
         if host in self.down:
             raise OSError("connection refused")
-        root = self.roots[host]
-        smi = self.tmp / f"nvidia-smi-{host}"
-        smi.write_text(f'#!/bin/sh\nGPUSIM_ROOT={root} exec {sys.executable} {GPUSIM} "$@"\n')
-        smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+        root, smi = self.roots[host], self.tmp / f"nvidia-smi-{host}"
         ns = node_agent.parse_args(["--nvidia-smi", str(smi), "--kernel-log-file", str(root / "run/gpusim/kmsg"),
                                     "--module-version-path", str(root / "run/gpusim/sys/module/nvidia/version")])
         # Through JSON, as over HTTP.
@@ -268,3 +270,11 @@ def test_kernel_log_tail_counts_new_xid_lines_once_per_window(tmp_path: Path) ->
     log.unlink()
     log.write_text("Dec  4 08:00:00 n kernel: NVRM: Xid (PCI:0000:1b:00): 94, rotated\n")
     assert [ln[-11:] for ln in tail.read()] == ["94, rotated"]
+
+
+def test_the_controller_refuses_an_unknown_stack_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpufleet.validation import watcher
+
+    assert watcher.main(["--stack", "no-such-stack", "--once"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpufleet health controller: ") and "Traceback" not in err

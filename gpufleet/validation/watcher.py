@@ -31,6 +31,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +60,8 @@ POOL_LABEL = "gpufleet.io/pool"
 METRICS_PORT = 9477
 #: Largest bundle accepted from an agent (nvidia-smi -q -x of an 8-GPU node is a few hundred KiB).
 BUNDLE_MAX = 16 << 20
+#: Agents asked at once.
+FETCH_WORKERS = 32
 
 Fetch = Callable[[str], Any]
 
@@ -80,33 +83,35 @@ class Report:
     error: str | None = None
 
 
+def _report(pod: dict[str, Any], fetch: Fetch, port: int) -> Report | None:
+    host = (pod.get("spec") or {}).get("nodeName")
+    if not host:
+        return None
+    pool = ((pod.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+    st = pod.get("status") or {}
+    if st.get("phase") != "Running" or not st.get("podIP"):
+        return Report(host, pool, None, f"agent pod {st.get('phase') or 'not started'}")
+    try:
+        bundle = fetch(f"http://{st['podIP']}:{port}/bundle")
+    except (OSError, ValueError) as e:
+        return Report(host, pool, None, f"agent did not answer: {str(e)[:200]}")
+    if not isinstance(bundle, dict):
+        return Report(host, pool, None, "agent answered no bundle")
+    return Report(host, pool, bundle)
+
+
 def agent_reports(transport: Transport, fetch: Fetch, namespace: str = NAMESPACE,
-                  port: int = AGENT_PORT) -> list[Report]:
-    """One report per agent pod scheduled to a node: its bundle, or why there is none."""
+                  port: int = AGENT_PORT, workers: int = FETCH_WORKERS) -> list[Report]:
+    """One report per agent pod scheduled to a node: its bundle, or why there is none. Fetched in parallel:
+    each agent runs nvidia-smi for a second or more, and a fleet's cycle must fit in one interval."""
     selector = urllib.parse.quote(f"{APP_LABEL}={AGENT_NAME}")
     status, obj = transport("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}", None, "")
     if status != 200:
         raise RuntimeError(f"list agent pods: HTTP {status}: {obj}")
-    out: list[Report] = []
-    for pod in obj.get("items") or []:
-        host = (pod.get("spec") or {}).get("nodeName")
-        if not host:
-            continue
-        pool = ((pod.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
-        st = pod.get("status") or {}
-        if st.get("phase") != "Running" or not st.get("podIP"):
-            out.append(Report(host, pool, None, f"agent pod {st.get('phase') or 'not started'}"))
-            continue
-        try:
-            bundle = fetch(f"http://{st['podIP']}:{port}/bundle")
-        except (OSError, ValueError) as e:
-            out.append(Report(host, pool, None, f"agent did not answer: {str(e)[:200]}"))
-            continue
-        if not isinstance(bundle, dict):
-            out.append(Report(host, pool, None, "agent answered no bundle"))
-            continue
-        out.append(Report(host, pool, bundle))
-    return sorted(out, key=lambda r: r.host)
+    pods = list(obj.get("items") or [])
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pods)))) as pool:
+        found = list(pool.map(lambda p: _report(p, fetch, port), pods))
+    return sorted((r for r in found if r is not None), key=lambda r: r.host)
 
 
 def judge(report: Report, exp: Expectations) -> NodeHealth:
