@@ -272,9 +272,14 @@ def test_kernel_log_tail_counts_new_xid_lines_once_per_window(tmp_path: Path) ->
     assert [ln[-11:] for ln in tail.read()] == ["94, rotated"]
 
 
-def test_the_controller_refuses_an_unknown_stack_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_controller_refuses_an_unknown_stack_with_one_line(capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from gpufleet.validation import watcher
 
     assert watcher.main(["--stack", "no-such-stack", "--once"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpufleet health controller: ") and "Traceback" not in err
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert watcher.main(["--stack", "onprem-h100", "--once"]) == 1
+    err = capsys.readouterr().err
+    assert "not in a pod with a ServiceAccount token" in err and "Traceback" not in err

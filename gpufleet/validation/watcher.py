@@ -257,8 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpufleet health controller: {e}", file=sys.stderr)
         return 1
     spec, lock = stack.spec, stack.lock
+    try:
+        transport = in_cluster_transport()
+    except (KeyError, OSError) as e:
+        print(f"gpufleet health controller: not in a pod with a ServiceAccount token ({e}); it runs as the "
+              "gpufleet-health-controller Deployment (gpufleet:healthWatch)", file=sys.stderr)
+        return 1
     exps = {p.name: expectations_for(spec, lock, p.name) for p in spec.gpu_pools}
-    watcher = Watcher(in_cluster_transport(), http_fetch, lambda pool: exps.get(pool or "")
+    watcher = Watcher(transport, http_fetch, lambda pool: exps.get(pool or "")
                       or expectations_for(spec, lock, pool), {p.name: p.size for p in spec.pools}, policy,
                       ns.namespace, ns.agent_port)
     metrics = _Metrics()
