@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from gpufleet import REPO_ROOT
+from gpufleet.monitoring import RULES_FILE
+from gpufleet.sandbox.tools import find_promtool
 from gpufleet.validation import node_agent
 from gpufleet.validation.actions import HEALTH_ANNOTATION, ActionPolicy
 from gpufleet.validation.health import Expectations
@@ -283,3 +285,31 @@ def test_the_controller_refuses_an_unknown_stack_with_one_line(capsys: pytest.Ca
     assert watcher.main(["--stack", "onprem-h100", "--once"]) == 1
     err = capsys.readouterr().err
     assert "not in a pod with a ServiceAccount token" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(find_promtool() is None and not os.environ.get("CI"), reason="promtool not found")
+def test_faults_past_the_rate_limit_raise_the_held_alert_from_the_watchers_own_metrics(
+        world: tuple[FakeApi, Fleet, Watcher], tmp_path: Path) -> None:
+    """The cycle's /metrics text, as Prometheus would scrape it, through the shipped rules (promtool)."""
+    _, fleet, watcher = world
+    for h in ("gpu-4", "gpu-6"):
+        fleet.ctl(h, "--gpu", "2", "--ecc-dbe-volatile", "1")
+    text = watcher.once().metrics()
+    series = [{"series": ln.rsplit(" ", 1)[0], "values": f"{ln.rsplit(' ', 1)[1]}x10"}
+              for ln in text.splitlines() if ln and not ln.startswith("#")
+              and not ln.startswith("gpufleet_health_watch_last_cycle")]
+    tests = {"rule_files": [str(RULES_FILE)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "GpufleetHealthActionsHeld", "exp_alerts": [{
+                "exp_labels": {"severity": "critical", "action": "review", "pool": POOL},
+                "exp_annotations": {
+                    "summary": f"1 unhealthy node(s) of pool {POOL} held back by the rate limit",
+                    "description": f"gpufleet validate --apply found more unhealthy nodes in pool {POOL} than its "
+                                   "rate limit lets it act on; look for a fleet-wide cause before raising "
+                                   "--max-share."}}]},
+            {"eval_time": "5m", "alertname": "GpufleetHealthReportsMissing", "exp_alerts": []}]}]}
+    f = tmp_path / "held-tests.yml"
+    f.write_text(json.dumps(tests))
+    done = subprocess.run([str(find_promtool() or "promtool"), "test", "rules", str(f)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
