@@ -571,6 +571,28 @@ class Drift(_Strict):
         return self
 
 
+class HealthWatch(_Strict):
+    """The in-cluster health watcher (docs/validation.md, "The watcher"): a node agent DaemonSet per GPU pool
+    and one controller Deployment on system nodes that taints with the rate limit; deployed when this is set."""
+
+    #: Image with this repository and its venv (the drift check's image), pinned by tag (not latest) or digest.
+    image: str = Field(pattern=PINNED_IMAGE, **_doc("Image with this repository, pinned by tag or digest.",
+                                                    "registry.example.com/gpufleet:1.0.0"))
+    interval_s: int = Field(300, ge=30, le=86400, **_doc(
+        "Seconds between two checks of every GPU node (the healthy streak counts these).", 300))
+    max_share: float = Field(0.10, gt=0, le=1, allow_inf_nan=False, **_doc(
+        "Rate limit: share of a pool's nodes that may carry a health taint at once (at least one node).", 0.1))
+    healthy_streak: int = Field(3, ge=1, le=1000, **_doc(
+        "Consecutive healthy checks before a tainted node is untainted.", 3))
+
+    @model_validator(mode="after")
+    def _not_latest(self) -> HealthWatch:
+        if self.image.endswith(":latest"):
+            raise ValueError("the health watcher image must be pinned: a version tag or @sha256 digest, "
+                             "never :latest")
+        return self
+
+
 class AwsAccessEntry(_Strict):
     """An IAM principal allowed into the EKS cluster (an EKS access entry with one access policy)."""
 
@@ -797,6 +819,9 @@ class ClusterSpec(_Strict):
         "Kueue queues and topology-aware placement of GPU jobs.", {"topology_level": "switch"}))
     drift: Drift | None = Field(None, **_doc("The in-cluster drift check (deployed when set).",
                                              {"image": "registry.example.com/gpufleet:1.0.0"}))
+    health_watch: HealthWatch | None = Field(None, **_doc(
+        "The in-cluster health watcher that taints unhealthy GPU nodes (deployed when set).",
+        {"image": "registry.example.com/gpufleet:1.0.0"}))
     aws: Aws | None = Field(None, **_doc("Settings of the aws backend (required with backend aws).",
                                          {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}))
     azure: Azure | None = Field(None, **_doc("Settings of the azure backend (required with backend azure).",
@@ -863,6 +888,7 @@ _FIELDS = {
     "monitoring": "monitoring",
     "podSecurity": "pod_security",
     "drift": "drift",
+    "healthWatch": "health_watch",
     "scheduling": "scheduling",
     "aws": "aws",
     "azure": "azure",

@@ -241,10 +241,11 @@ def test_a_probe_reuses_only_a_converged_reading() -> None:
 #: a probing role runs or checks are in its meta/footprint.yml, test_hole4_every_program...), the
 #: kernel's module tree (the release is in the digest), the distribution's keyrings, sysfs/procfs they read through
 #: the kernel section, block devices (their mdadm.conf, fstab entry and mount are in the digest), the daemons' own
-#: state and logs that slurm.conf points at, and text that only mentions a path.
+#: state and logs that slurm.conf points at, node_exporter's textfile directory (metrics programs rewrite every
+#: few minutes; in a digest they would make every run look unconverged), and text that only mentions a path.
 NOT_STATE = ("/usr/bin/", "/usr/sbin/", "/lib/modules/", "/usr/share/keyrings/", "/proc/", "/dev/md", "/dev/nvme",
              "/sys/bus/pci/devices/", "/lib/systemd/system/", "/usr/local/cuda-", "/usr/local/cuda/bin",
-             "/var/lib/slurm/", "/var/log/")
+             "/var/lib/slurm/", "/var/log/", "/var/lib/node_exporter/")
 #: /dev/urandom: where roles/slurm draws a new munge key from (the key it writes, /etc/munge, is in the footprint).
 NOT_STATE_EXACT = {"/dev/null", "/dev/urandom", "/etc/default/grub", "/etc/sysctl"}
 _PATH = re.compile(r"(?<![\w.{}-])(/(?:etc|usr|run|var|opt|dev|sys|srv|boot)/[A-Za-z0-9_./*-]+)")
