@@ -1,0 +1,145 @@
+"""footprint_agreement: the probe's verdict on each generated perturbation of a converged node (issue 26 point 2).
+
+Used by molecule/shared/agree.yml only (an action plugin next to the playbook). ``op``:
+- ``probe_each``: for the roles with a probe that ``converge`` (a scenario's converge.yml) runs, generates the
+  node's perturbations (testbed/footprint_perturb.py from the roles' files,
+  testbed/footprint_perturb_host.py on the node), and for each one applies it, runs the host_footprint module
+  with the arguments of the baseline reading (``baseline``: roles/host_footprint's read.yml result, converged)
+  and undoes it: two calls on the node per perturbation. Then the group map: a host added to the groups the roles
+  read, each role's probe asked with the cluster digest roles/host_footprint's action plugin computes for that
+  map. Returns every verdict, what was skipped and why.
+- ``apply``: applies ``perturbations`` together and keeps them (the batch the full check runs on).
+- ``restore``: undoes whatever is applied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+#: molecule/shared/action_plugins/ -> the repository.
+_REPO = Path(__file__).resolve().parents[3]
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from testbed import footprint_perturb  # noqa: E402
+
+_HOST = (_REPO / "testbed" / "footprint_perturb_host.py").read_text()
+#: The host that the group perturbation adds (never contacted: the full check limits the play to real nodes).
+EXTRA_HOST = "gpufleet-agree-extra"
+
+
+def _footprint_plugin() -> Any:
+    """roles/host_footprint's action plugin, for its cluster digest and which roles read the cluster."""
+    path = _REPO / "roles" / "host_footprint" / "action_plugins" / "host_footprint.py"
+    spec = importlib.util.spec_from_file_location("gpufleet_host_footprint_action", path)
+    if spec is None or spec.loader is None:
+        raise AnsibleActionFail(f"{path}: cannot load")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _node(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        cmd = " ".join(shlex.quote(w) for w in ["python3", "-c", _HOST, op, json.dumps(payload)])
+        res = self._low_level_execute_command(cmd, sudoable=True)
+        if res.get("rc") != 0:
+            raise AnsibleActionFail(f"footprint_perturb_host {op} failed (rc {res.get('rc')}): "
+                                    f"{res.get('stderr', '')[-2000:]} {res.get('stdout', '')[-500:]}")
+        # The last line: a become wrapper may print its own before it.
+        lines = [ln for ln in str(res.get("stdout", "")).splitlines() if ln.startswith("{")]
+        try:
+            return dict(json.loads(lines[-1]))
+        except (ValueError, IndexError) as e:
+            raise AnsibleActionFail(f"footprint_perturb_host {op}: no JSON ({e}): "
+                                    f"{res.get('stdout', '')[-500:]}") from e
+
+    def _probe(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        res = self._execute_module(module_name="host_footprint", module_args=args, task_vars=task_vars)
+        if res.get("failed"):
+            raise AnsibleActionFail(f"host_footprint failed: {res.get('msg')}")
+        return res
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        op = args.get("op")
+        if op == "apply":
+            result.update(self._node("apply", {"perturbations": args.get("perturbations") or []}), changed=True)
+            return result
+        if op == "restore":
+            result.update(self._node("restore", {}), changed=True)
+            return result
+        if op != "probe_each":
+            raise AnsibleActionFail(f"op must be probe_each, apply or restore, not {op!r}")
+        started = time.monotonic()
+        repo_roles = _REPO / "roles"
+        roles = footprint_perturb.converge_roles(Path(str(args["converge"])), repo_roles)
+        baseline = args.get("baseline") or {}
+        result.update(changed=False, roles=roles, perturbations=[], skipped=[], left_out=[], group={})
+        if not roles:
+            result["skipped"].append({"kind": "*", "why": "no role with a probe in this converge"})
+            return result
+        if not baseline.get("converged"):
+            # The probe says "not converged" for every perturbation: agreement holds by its own answer.
+            result["skipped"].append({"kind": "*", "why": f"the probe does not hold here: {baseline.get('reason')}"})
+            return result
+        module_args = dict((baseline.get("invocation") or {}).get("module_args") or {})
+        if not module_args.get("reads") or not module_args.get("inputs"):
+            raise AnsibleActionFail("baseline: a host_footprint result with invocation.module_args is needed")
+        module_args.update(state="probe", previous={}, probe=True)
+        cands = [c for r in roles for c in footprint_perturb.candidates(repo_roles, r)]
+        plan = self._node("expand", {"candidates": cands, "limit": int(args.get("limit", 24))})
+        result.update(skipped=plan["skipped"], left_out=plan["left_out"])
+        for p in plan["perturbations"]:
+            applied = self._node("apply", {"perturbations": [p]})
+            if p["id"] not in applied["applied"]:
+                result["skipped"].append({**p, "why": "; ".join(f["why"] for f in applied["failed"])})
+                continue
+            seen = self._probe(module_args, task_vars)
+            result["perturbations"].append({**p, "converged": bool(seen.get("converged")),
+                                            "reason": str(seen.get("reason", ""))})
+        undone = self._node("restore", {})
+        after = self._probe(module_args, task_vars)
+        result.update(restore_failed=undone["failed"], converged_after=bool(after.get("converged")),
+                      reason_after=str(after.get("reason", "")))
+        # The group map: every role's own probe (its scope, site) with the cluster digest of a map with one more
+        # host in the groups the roles read and the node's own groups (a role that reads none must not care).
+        plugin = _footprint_plugin()
+        readers = {k: sorted(v) for k, v in plugin.cluster_readers().items()}
+        groups = {g: list(h) for g, h in (task_vars.get("groups") or {}).items()}
+        wanted = {"all", *[g for g in task_vars.get("group_names") or []]}
+        for r in roles:
+            for g in footprint_perturb.groups_read(repo_roles, r):
+                # groups[slurm_compute_group]: the host's value of the variable (an inventory or default string).
+                name = task_vars.get(g[2:-2].strip()) if g.startswith("{{") else g
+                if isinstance(name, str) and "{" not in name:
+                    wanted.add(name)
+                else:
+                    result["skipped"].append({"kind": "group", "why": f"{r} reads groups[{g}], not a plain name"})
+        for g in sorted(wanted):
+            groups[g] = sorted({*groups.get(g, []), EXTRA_HOST})
+        # The real hosts' variables as the footprint plugin reads them; the added host has none.
+        hostvars = task_vars.get("hostvars") or {}
+        real = {h: hostvars[h] for h in (task_vars.get("groups") or {}).get("all") or []}
+        cluster = plugin.cluster_digest({**task_vars, "groups": groups, "hostvars": real}, readers,
+                                        list(module_args.get("inputs_exclude") or []))
+        result["group_map"] = {"host": EXTRA_HOST, "groups": sorted(wanted)}
+        for r in roles:
+            ans = self._probe({**module_args, "scopes": [r, "site"], "cluster": cluster,
+                               "cluster_counts": plugin.reads_cluster(r, readers)}, task_vars)
+            result["group"][r] = {"converged": bool(ans.get("converged")), "reason": str(ans.get("reason", ""))}
+        result["seconds"] = round(time.monotonic() - started, 1)
+        return result
