@@ -76,11 +76,15 @@ class ActionModule(ActionBase):
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         op = args.get("op")
+        # The node's "failed" lists are renamed: a result's "failed" is Ansible's task status.
         if op == "apply":
-            result.update(self._node("apply", {"perturbations": args.get("perturbations") or []}), changed=True)
+            done = self._node("apply", {"perturbations": args.get("perturbations") or []})
+            result.update(changed=True, applied=done["applied"], not_applied=done["failed"],
+                          not_restored=done["restore_failed"])
             return result
         if op == "restore":
-            result.update(self._node("restore", {}), changed=True)
+            done = self._node("restore", {})
+            result.update(changed=True, restored=done["restored"], not_restored=done["failed"])
             return result
         if op != "probe_each":
             raise AnsibleActionFail(f"op must be probe_each, apply or restore, not {op!r}")
@@ -96,10 +100,18 @@ class ActionModule(ActionBase):
             # The probe says "not converged" for every perturbation: agreement holds by its own answer.
             result["skipped"].append({"kind": "*", "why": f"the probe does not hold here: {baseline.get('reason')}"})
             return result
-        module_args = dict((baseline.get("invocation") or {}).get("module_args") or {})
-        if not module_args.get("reads") or not module_args.get("inputs"):
-            raise AnsibleActionFail("baseline: a host_footprint result with invocation.module_args is needed")
-        module_args.update(state="probe", previous={}, probe=True)
+        # The module's arguments as roles/host_footprint's plugin builds them for read.yml: the role's reads (its
+        # vars, made public by agree.yml's include), every role's relies_on, the inputs and cluster the baseline
+        # reading carries (a registered result has no invocation to copy them from).
+        plugin = _footprint_plugin()
+        reads = dict(args.get("reads") or {})
+        if not reads.get("paths") or not baseline.get("inputs") or not baseline.get("cluster"):
+            raise AnsibleActionFail("reads (host_footprint's __host_footprint_reads) and a baseline reading with "
+                                    "inputs and cluster are needed")
+        reads["files"] = sorted({*(reads.get("files") or []), *plugin.relies_on()})
+        module_args: dict[str, Any] = {"state": "probe", "scopes": ["*"], "inputs": baseline["inputs"],
+                                       "cluster": baseline["cluster"], "cluster_counts": True, "reads": reads}
+        exclude = list(args.get("inputs_exclude") or [])
         cands = [c for r in roles for c in footprint_perturb.candidates(repo_roles, r)]
         plan = self._node("expand", {"candidates": cands, "limit": int(args.get("limit", 24))})
         result.update(skipped=plan["skipped"], left_out=plan["left_out"])
@@ -113,11 +125,10 @@ class ActionModule(ActionBase):
                                             "reason": str(seen.get("reason", ""))})
         undone = self._node("restore", {})
         after = self._probe(module_args, task_vars)
-        result.update(restore_failed=undone["failed"], converged_after=bool(after.get("converged")),
+        result.update(not_restored=undone["failed"], converged_after=bool(after.get("converged")),
                       reason_after=str(after.get("reason", "")))
         # The group map: every role's own probe (its scope, site) with the cluster digest of a map with one more
         # host in the groups the roles read and the node's own groups (a role that reads none must not care).
-        plugin = _footprint_plugin()
         readers = {k: sorted(v) for k, v in plugin.cluster_readers().items()}
         groups = {g: list(h) for g, h in (task_vars.get("groups") or {}).items()}
         wanted = {"all", *[g for g in task_vars.get("group_names") or []]}
@@ -135,7 +146,7 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         real = {h: hostvars[h] for h in (task_vars.get("groups") or {}).get("all") or []}
         cluster = plugin.cluster_digest({**task_vars, "groups": groups, "hostvars": real}, readers,
-                                        list(module_args.get("inputs_exclude") or []))
+                                        exclude)
         result["group_map"] = {"host": EXTRA_HOST, "groups": sorted(wanted)}
         for r in roles:
             ans = self._probe({**module_args, "scopes": [r, "site"], "cluster": cluster,
