@@ -1,7 +1,9 @@
 """The node's half of the footprint agreement test (molecule/shared/agree.yml): expand, apply and undo perturbations.
 
 Run as root on a node by molecule/shared/action_plugins/footprint_agreement.py (``python3 -c <this file> <op>
-<json>``; standard library only, it prints one JSON object). What each perturbation does, and how it is undone so
+<json>``; standard library only, it prints one JSON object). ``probe_each`` runs the whole probe sequence in one
+process: the probe is the host_footprint module as the controller built it (AnsiballZ, arguments inside), sent
+once and run here after each perturbation. What each perturbation does, and how it is undone so
 that the node's footprint is as before (content, inode, modification times of the entry and of its directory):
 - ``append``: a comment line at the end of a configuration file (undone: the bytes written back, times restored);
 - ``remove``: the entry renamed aside in its own directory (undone: renamed back, the directory's times restored);
@@ -259,9 +261,50 @@ def apply(args: dict[str, Any]) -> dict[str, Any]:
     return {"applied": applied, "failed": failed, "restore_failed": before["failed"]}
 
 
+def _ask(probe: str) -> dict[str, Any]:
+    """The probe's answer: the host_footprint module (as the controller built it, arguments inside) run here."""
+    out = subprocess.run([sys.executable, probe], capture_output=True, text=True, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    try:
+        res = dict(json.loads(lines[-1]))
+    except (ValueError, IndexError):
+        return {"failed": True, "msg": f"rc {out.returncode}: {out.stdout[-300:]} {out.stderr[-500:]}"}
+    return res
+
+
+def probe_each(args: dict[str, Any]) -> dict[str, Any]:
+    """Expand the candidates, then for each perturbation: apply, ask the probe, undo; then the other probes once.
+
+    One process on the node for the whole sequence: a module run costs its own work only, not a connection's.
+    """
+    plan = expand(args)
+    probes = dict(args["probes"])
+    answers: list[dict[str, Any]] = []
+    skipped = list(plan["skipped"])
+    for p in plan["perturbations"]:
+        applied = apply({"perturbations": [p]})
+        if p["id"] not in applied["applied"]:
+            skipped.append({**p, "why": "; ".join(f["why"] for f in applied["failed"])})
+            continue
+        seen = _ask(probes["state"])
+        if seen.get("failed"):
+            restore()
+            return {"failed": True, "msg": f"the probe failed after {p['op']} {p['path']}: {seen.get('msg')}"}
+        answers.append({**p, "converged": bool(seen.get("converged")), "reason": str(seen.get("reason", ""))})
+    undone = restore()
+    after = _ask(probes["state"])
+    others = {name: _ask(path) for name, path in probes.items() if name != "state"}
+    return {"perturbations": answers, "skipped": skipped, "left_out": plan["left_out"],
+            "not_restored": undone["failed"], "converged_after": bool(after.get("converged")),
+            "reason_after": str(after.get("reason", after.get("msg", ""))),
+            "others": {k: {"converged": bool(v.get("converged")), "reason": str(v.get("reason", v.get("msg", "")))}
+                       for k, v in others.items()}}
+
+
 def main(argv: list[str]) -> int:
     op, args = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
-    result = expand(args) if op == "expand" else apply(args) if op == "apply" else restore()
+    ops = {"expand": expand, "apply": apply, "probe_each": probe_each}
+    result = ops[op](args) if op in ops else restore()
     print(json.dumps(result))
     return 0
 

@@ -5,7 +5,7 @@ Used by molecule/shared/agree.yml only (an action plugin next to the playbook). 
   node's perturbations (testbed/footprint_perturb.py from the roles' files,
   testbed/footprint_perturb_host.py on the node), and for each one applies it, runs the host_footprint module
   with the arguments of the baseline reading (``baseline``: roles/host_footprint's read.yml result, converged)
-  and undoes it: two calls on the node per perturbation. Then the group map: a host added to the groups the roles
+  and undoes it, all in one call on the node. Then the group map: a host added to the groups the roles
   read, each role's probe asked with the cluster digest roles/host_footprint's action plugin computes for that
   map. Returns every verdict, what was skipped and why.
 - ``apply``: applies ``perturbations`` together and keeps them (the batch the full check runs on).
@@ -65,12 +65,6 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"footprint_perturb_host {op}: no JSON ({e}): "
                                     f"{res.get('stdout', '')[-500:]}") from e
 
-    def _probe(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
-        res = self._execute_module(module_name="host_footprint", module_args=args, task_vars=task_vars)
-        if res.get("failed"):
-            raise AnsibleActionFail(f"host_footprint failed: {res.get('msg')}")
-        return res
-
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -112,21 +106,6 @@ class ActionModule(ActionBase):
         module_args: dict[str, Any] = {"state": "probe", "scopes": ["*"], "inputs": baseline["inputs"],
                                        "cluster": baseline["cluster"], "cluster_counts": True, "reads": reads}
         exclude = list(args.get("inputs_exclude") or [])
-        cands = [c for r in roles for c in footprint_perturb.candidates(repo_roles, r)]
-        plan = self._node("expand", {"candidates": cands, "limit": int(args.get("limit", 24))})
-        result.update(skipped=plan["skipped"], left_out=plan["left_out"])
-        for p in plan["perturbations"]:
-            applied = self._node("apply", {"perturbations": [p]})
-            if p["id"] not in applied["applied"]:
-                result["skipped"].append({**p, "why": "; ".join(f["why"] for f in applied["failed"])})
-                continue
-            seen = self._probe(module_args, task_vars)
-            result["perturbations"].append({**p, "converged": bool(seen.get("converged")),
-                                            "reason": str(seen.get("reason", ""))})
-        undone = self._node("restore", {})
-        after = self._probe(module_args, task_vars)
-        result.update(not_restored=undone["failed"], converged_after=bool(after.get("converged")),
-                      reason_after=str(after.get("reason", "")))
         # The group map: every role's own probe (its scope, site) with the cluster digest of a map with one more
         # host in the groups the roles read and the node's own groups (a role that reads none must not care).
         readers = {k: sorted(v) for k, v in plugin.cluster_readers().items()}
@@ -145,12 +124,38 @@ class ActionModule(ActionBase):
         # The real hosts' variables as the footprint plugin reads them; the added host has none.
         hostvars = task_vars.get("hostvars") or {}
         real = {h: hostvars[h] for h in (task_vars.get("groups") or {}).get("all") or []}
-        cluster = plugin.cluster_digest({**task_vars, "groups": groups, "hostvars": real}, readers,
-                                        exclude)
+        cluster = plugin.cluster_digest({**task_vars, "groups": groups, "hostvars": real}, readers, exclude)
         result["group_map"] = {"host": EXTRA_HOST, "groups": sorted(wanted)}
+        probe_args = {"state": module_args}
         for r in roles:
-            ans = self._probe({**module_args, "scopes": [r, "site"], "cluster": cluster,
-                               "cluster_counts": plugin.reads_cluster(r, readers)}, task_vars)
-            result["group"][r] = {"converged": bool(ans.get("converged")), "reason": str(ans.get("reason", ""))}
+            probe_args[f"group:{r}"] = {**module_args, "scopes": [r, "site"], "cluster": cluster,
+                                        "cluster_counts": plugin.reads_cluster(r, readers)}
+        # Each probe is the module as _execute_module would build it (AnsiballZ, its arguments inside), sent once;
+        # the node runs the whole sequence in one process (testbed/footprint_perturb_host.py probe_each): a call
+        # through the connection per perturbation cost seconds each.
+        tmp = self._make_tmp_path()
+        try:
+            remote: dict[str, str] = {}
+            for name, margs in probe_args.items():
+                margs = dict(margs)
+                self._update_module_args("host_footprint", margs, task_vars)
+                bits, _path = self._configure_module(module_name="host_footprint", module_args=margs,
+                                                     task_vars=task_vars)
+                path = self._connection._shell.join_path(tmp, f"probe{len(remote)}.py")
+                self._transfer_data(path, bits.b_module_data)
+                remote[name] = path
+            self._fixup_perms2([tmp, *remote.values()])
+            cands = [c for r in roles for c in footprint_perturb.candidates(repo_roles, r)]
+            done = self._node("probe_each", {"candidates": cands, "limit": int(args.get("limit", 24)),
+                                             "probes": remote})
+        finally:
+            self._remove_tmp_path(tmp)
+        if done.get("failed"):
+            raise AnsibleActionFail(str(done.get("msg")))
+        result.update(perturbations=done["perturbations"], skipped=result["skipped"] + done["skipped"],
+                      left_out=done["left_out"], not_restored=done["not_restored"],
+                      converged_after=done["converged_after"], reason_after=done["reason_after"])
+        for r in roles:
+            result["group"][r] = done["others"][f"group:{r}"]
         result["seconds"] = round(time.monotonic() - started, 1)
         return result
