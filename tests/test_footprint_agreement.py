@@ -156,3 +156,21 @@ def test_the_node_half_runs_as_a_script_and_prints_json(tmp_path: Path) -> None:
         {"role": "r", "kind": "path", "pattern": str(tmp_path / "absent")}]})], capture_output=True, text=True,
         check=True)
     assert set(json.loads(out.stdout)) == {"perturbations", "skipped", "left_out"}
+
+
+def test_probe_each_runs_the_probe_after_each_perturbation_and_undoes_it(node: Path) -> None:
+    """The node's one-process sequence: apply, run the probe program, undo; then the other probes once."""
+    probe = node / "probe.py"
+    # A stand-in for the built module: converged while /etc/nccl.conf is as recorded (it prints one JSON line).
+    probe.write_text("import json, pathlib\n"
+                     f"ok = pathlib.Path({str(node / 'etc/nccl.conf')!r}).read_text() == 'NCCL_DEBUG=WARN\\n'\n"
+                     "print(json.dumps({'converged': ok, 'reason': 'same' if ok else 'nccl.conf'}))\n")
+    out = footprint_perturb_host.probe_each({
+        "candidates": [{"role": "r", "kind": "path", "pattern": str(node / "etc/nccl.conf")},
+                       {"role": "r", "kind": "program", "pattern": str(node / "usr/bin/nvidia-ctk")}],
+        "probes": {"state": str(probe), "group:r": str(probe)}})
+    verdicts = {(p["op"], p["path"].removeprefix(str(node))): p["converged"] for p in out["perturbations"]}
+    assert verdicts == {("append", "/etc/nccl.conf"): False, ("remove", "/usr/bin/nvidia-ctk"): True}
+    assert out["converged_after"] is True and out["others"] == {"group:r": {"converged": True, "reason": "same"}}
+    assert (node / "etc/nccl.conf").read_text() == "NCCL_DEBUG=WARN\n" and (node / "usr/bin/nvidia-ctk").exists()
+
