@@ -7,7 +7,8 @@ Used by molecule/shared/agree.yml only (an action plugin next to the playbook). 
   with the arguments of the baseline reading (``baseline``: roles/host_footprint's read.yml result, converged)
   and undoes it, all in one call on the node. Then the group map: a host added to the groups the roles
   read, each role's probe asked with the cluster digest roles/host_footprint's action plugin computes for that
-  map. Returns every verdict, what was skipped and why.
+  map. Returns every verdict, and what was not tried and why (``not_tried``: a result's
+  ``skipped`` is Ansible's task status).
 - ``apply``: applies ``perturbations`` together and keeps them (the batch the full check runs on).
 - ``restore``: undoes whatever is applied.
 """
@@ -86,13 +87,13 @@ class ActionModule(ActionBase):
         repo_roles = _REPO / "roles"
         roles = footprint_perturb.converge_roles(Path(str(args["converge"])), repo_roles)
         baseline = args.get("baseline") or {}
-        result.update(changed=False, roles=roles, perturbations=[], skipped=[], left_out=[], group={})
+        result.update(changed=False, roles=roles, perturbations=[], not_tried=[], left_out=[], group={})
         if not roles:
-            result["skipped"].append({"kind": "*", "why": "no role with a probe in this converge"})
+            result["not_tried"].append({"kind": "*", "why": "no role with a probe in this converge"})
             return result
         if not baseline.get("converged"):
             # The probe says "not converged" for every perturbation: agreement holds by its own answer.
-            result["skipped"].append({"kind": "*", "why": f"the probe does not hold here: {baseline.get('reason')}"})
+            result["not_tried"].append({"kind": "*", "why": f"the probe does not hold here: {baseline.get('reason')}"})
             return result
         # The module's arguments as roles/host_footprint's plugin builds them for read.yml: the role's reads (its
         # vars, made public by agree.yml's include), every role's relies_on, the inputs and cluster the baseline
@@ -118,7 +119,7 @@ class ActionModule(ActionBase):
                 if isinstance(name, str) and "{" not in name:
                     wanted.add(name)
                 else:
-                    result["skipped"].append({"kind": "group", "why": f"{r} reads groups[{g}], not a plain name"})
+                    result["not_tried"].append({"kind": "group", "why": f"{r} reads groups[{g}], not a plain name"})
         for g in sorted(wanted):
             groups[g] = sorted({*groups.get(g, []), EXTRA_HOST})
         # The real hosts' variables as the footprint plugin reads them; the added host has none.
@@ -152,7 +153,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(tmp)
         if done.get("failed"):
             raise AnsibleActionFail(str(done.get("msg")))
-        result.update(perturbations=done["perturbations"], skipped=result["skipped"] + done["skipped"],
+        result.update(perturbations=done["perturbations"], not_tried=result["not_tried"] + done["skipped"],
                       left_out=done["left_out"], not_restored=done["not_restored"],
                       converged_after=done["converged_after"], reason_after=done["reason_after"])
         for r in roles:
