@@ -292,7 +292,8 @@ def probe_each(args: dict[str, Any]) -> dict[str, Any]:
             return {"failed": True, "msg": f"the probe failed after {p['op']} {p['path']}: {seen.get('msg')}"}
         answers.append({**p, "converged": bool(seen.get("converged")), "reason": str(seen.get("reason", ""))})
     undone = restore()
-    after = _ask(probes["state"])
+    # Asked again only on request: each probe costs seconds of the node's time (tests/test_footprint_agreement.py).
+    after = _ask(probes["state"]) if args.get("check_undo") else {"reason": "not asked"}
     others = {name: _ask(path) for name, path in probes.items() if name != "state"}
     return {"perturbations": answers, "skipped": skipped, "left_out": plan["left_out"],
             "not_restored": undone["failed"], "converged_after": bool(after.get("converged")),

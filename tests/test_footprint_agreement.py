@@ -168,7 +168,7 @@ def test_probe_each_runs_the_probe_after_each_perturbation_and_undoes_it(node: P
     out = footprint_perturb_host.probe_each({
         "candidates": [{"role": "r", "kind": "path", "pattern": str(node / "etc/nccl.conf")},
                        {"role": "r", "kind": "program", "pattern": str(node / "usr/bin/nvidia-ctk")}],
-        "probes": {"state": str(probe), "group:r": str(probe)}})
+        "probes": {"state": str(probe), "group:r": str(probe)}, "check_undo": True})
     verdicts = {(p["op"], p["path"].removeprefix(str(node))): p["converged"] for p in out["perturbations"]}
     assert verdicts == {("append", "/etc/nccl.conf"): False, ("remove", "/usr/bin/nvidia-ctk"): True}
     assert out["converged_after"] is True and out["others"] == {"group:r": {"converged": True, "reason": "same"}}

@@ -127,10 +127,18 @@ class ActionModule(ActionBase):
         real = {h: hostvars[h] for h in (task_vars.get("groups") or {}).get("all") or []}
         cluster = plugin.cluster_digest({**task_vars, "groups": groups, "hostvars": real}, readers, exclude)
         result["group_map"] = {"host": EXTRA_HOST, "groups": sorted(wanted)}
-        probe_args = {"state": module_args}
+        # Each role's probe on the grown map answers from the baseline reading, as the probe of a later role in a
+        # run does (roles/host_footprint's reuse, its own rule): the host state is the baseline's, only the cluster
+        # digest moved, and a module run costs seconds of the node's time.
         for r in roles:
-            probe_args[f"group:{r}"] = {**module_args, "scopes": [r, "site"], "cluster": cluster,
-                                        "cluster_counts": plugin.reads_cluster(r, readers)}
+            ans = plugin.reuse(baseline, [r, "site"], baseline["inputs"], cluster, plugin.reads_cluster(r, readers))
+            result["group"][r] = {"converged": bool(ans and ans["converged"]),
+                                  "reason": str(ans["reason"]) if ans else "no reading to answer from"}
+            # Not held, but held without the cluster: the grown map is what the probe saw.
+            if ans and not ans["converged"] and (plugin.reuse(baseline, [r, "site"], baseline["inputs"], cluster,
+                                                              False) or {}).get("converged"):
+                result["group"][r]["reason"] = "cluster changed since the last converge (the grown group map)"
+        probe_args = {"state": module_args}
         # Each probe is the module as _execute_module would build it (AnsiballZ, its arguments inside), sent once;
         # the node runs the whole sequence in one process (testbed/footprint_perturb_host.py probe_each): a call
         # through the connection per perturbation cost seconds each.
@@ -156,7 +164,5 @@ class ActionModule(ActionBase):
         result.update(perturbations=done["perturbations"], not_tried=result["not_tried"] + done["skipped"],
                       left_out=done["left_out"], not_restored=done["not_restored"],
                       converged_after=done["converged_after"], reason_after=done["reason_after"])
-        for r in roles:
-            result["group"][r] = done["others"][f"group:{r}"]
         result["seconds"] = round(time.monotonic() - started, 1)
         return result
