@@ -388,6 +388,40 @@ def test_hole1_group_membership_is_an_input_of_the_roles_that_read_it(tmp_path: 
     assert _ansible_run(tmp_path, host, grown, "nccl")["probe"]["converged"] is True
 
 
+def _sandbox_groups(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpu_nodes: int) -> dict[str, list[str]]:
+    """The group map Ansible reads from the inventory `gpufleet up --stack local --gpu-nodes N` writes (the CLI's
+    sizing and inventory writer, no Docker), less all/ungrouped, which _ansible_run's inventory adds itself."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    import gpufleet.inventory.writer
+    from gpufleet.sandbox import backend
+    from gpufleet.workflow import resolve_stack
+
+    monkeypatch.setattr(gpufleet.inventory.writer, "INVENTORIES_DIR", tmp_path / f"inventories-{gpu_nodes}")
+    monkeypatch.setattr(backend, "machine_capacity", lambda meminfo=None: 64)
+    hosts = resolve_stack("local", up=True, gpu_nodes=gpu_nodes).inventory
+    groups = InventoryManager(loader=DataLoader(), sources=[str(hosts)]).get_groups_dict()
+    return {g: list(members) for g, members in groups.items() if g not in ("all", "ungrouped")}
+
+
+@pytest.mark.slow
+def test_growing_and_shrinking_the_sandbox_reruns_slurm_where_nothing_else_changed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, host: Path) -> None:
+    """Issue 26 point 3, the CLI's part: `gpufleet up --gpu-nodes 8` on a 2-node sandbox, then `--gpu-nodes 1`.
+    The probing host's own variables and state are the same throughout; only the group map the sandbox inventory
+    gives moves, and slurm.conf on every Slurm host lists that group. slurm's probe must not hold after either, or
+    the converge keeps the old node list (molecule/slurm/grow_shrink.yml proves the same live)."""
+    sizes = {n: _sandbox_groups(monkeypatch, tmp_path, n) for n in (2, 8, 1)}
+    assert [len(sizes[n]["gpu"]) for n in (2, 8, 1)] == [2, 8, 1]
+    assert _ansible_run(tmp_path, host, sizes[2], "slurm")["record"]["reason"] == "recorded (slurm)"
+    assert _ansible_run(tmp_path, host, sizes[2], "slurm")["probe"]["converged"] is True
+    for n in (8, 1):
+        probe = _ansible_run(tmp_path, host, sizes[n], "slurm")["probe"]
+        assert probe["converged"] is False, (n, probe["reason"])
+        assert probe["reason"].startswith("cluster changed since the last converge"), probe["reason"]
+
+
 def test_hole1_which_roles_read_the_cluster_is_derived_from_their_files() -> None:
     plugin = _plugin()
     readers = plugin.cluster_readers()

@@ -7,6 +7,8 @@ import time
 import pytest
 
 CONTROL, NODE = "gpufleet-mol-slurm-0", "gpufleet-mol-slurm-1"
+# Every GPU node (molecule.yml); the second is the one grow_shrink.yml removes and adds back before verify.
+NODES = (NODE, "gpufleet-mol-slurm-2")
 
 
 def test_daemons_run_where_they_belong(host):
@@ -39,9 +41,10 @@ GRES = [(f"/dev/nvidia{i}", "0-47" if i < 4 else "48-95", _links(i)) for i in ra
 def test_gres_conf_one_line_per_gpu_from_topology(host):
     lines = [ln for ln in host.file("/etc/slurm/gres.conf").content_string.splitlines()
              if ln and not ln.startswith("#")]
-    # The GPU node carries its own lines; the controller none (slurmd reports them when it registers).
-    want = [f"NodeName={NODE} Name=gpu File={f} Cores={c} Links={lk}" for f, c, lk in GRES]
-    assert lines == ["AutoDetect=off", *(want if host.backend.get_hostname() == NODE else [])]
+    # Each GPU node carries its own lines; the controller none (slurmd reports them when it registers).
+    name = host.backend.get_hostname()
+    want = [f"NodeName={name} Name=gpu File={f} Cores={c} Links={lk}" for f, c, lk in GRES]
+    assert lines == ["AutoDetect=off", *(want if name in NODES else [])]
 
 
 def test_slurmd_reads_cores_and_links(host):
@@ -58,21 +61,24 @@ def test_slurmd_reads_cores_and_links(host):
     assert seen == {i: (f, c, lk, "192") for i, (f, c, lk) in enumerate(GRES)}, out
 
 
-def test_node_is_idle_with_eight_gpus(host):
+@pytest.mark.parametrize("gpu_node", NODES)
+def test_node_is_idle_with_eight_gpus(host, gpu_node):
     if host.backend.get_hostname() != CONTROL:
         pytest.skip("asked on the controller")
-    assert host.check_output(f"sinfo --noheader --Node --nodes {NODE} --format %T") == "idle"
-    node = host.check_output(f"scontrol --oneliner show node {NODE}")
+    assert host.check_output(f"sinfo --noheader --Node --nodes {gpu_node} --format %T") == "idle"
+    node = host.check_output(f"scontrol --oneliner show node {gpu_node}")
     # The socket list comes from gres.conf's Cores= (both sockets have GPUs).
     assert "Gres=gpu:8(S:0-1)" in node, node
 
 
-def test_a_job_runs_on_the_gpu_node(host):
+def test_a_job_runs_on_every_gpu_node(host):
+    # One task per GPU node, one GPU each: slurmd on both nodes runs it (the second after it was removed from the
+    # cluster and added back, grow_shrink.yml).
     if host.backend.get_hostname() != CONTROL:
         pytest.skip("submitted from the controller")
-    r = host.run("srun --nodes=1 --gres=gpu:1 --time=1 hostname")
+    r = host.run(f"srun --nodes={len(NODES)} --ntasks-per-node=1 --gres=gpu:1 --time=1 hostname")
     assert r.rc == 0, r.stderr
-    assert r.stdout.strip() == NODE
+    assert sorted(r.stdout.split()) == sorted(NODES)
 
 
 def _runner(host):
@@ -175,7 +181,10 @@ def test_topology_follows_the_stacks_place(host):
     out = host.check_output("scontrol show topology")
     switches = {m.group(1): m.group(0) for m in re.finditer(r"SwitchName=(\S+) .*", out)}
     assert set(switches) == {"leaf-01", "b1"}, out
-    assert re.search(r"Level=0\b", switches["leaf-01"]) and f"Nodes={NODE}" in switches["leaf-01"], out
+    leaf_nodes = re.search(r"\bNodes=(\S+)", switches["leaf-01"])
+    assert re.search(r"Level=0\b", switches["leaf-01"]) and leaf_nodes, out
+    # Both GPU nodes sit under leaf-01 (molecule.yml host_vars); scontrol prints them as a hostlist.
+    assert host.check_output(f"scontrol show hostnames {leaf_nodes.group(1)}").split() == list(NODES), out
     assert re.search(r"Level=1\b", switches["b1"]) and "Switches=leaf-01" in switches["b1"], out
 
 
@@ -211,7 +220,8 @@ def test_a_planted_gpu_fault_drains_the_node_and_a_new_job_avoids_it(host):
         state, reason, out = _node_state(host)
         assert "DRAIN" in state, out
         assert reason.startswith("gpufleet:reset-gpu check=ecc-dbe gpu="), out
-        job = host.check_output("sbatch --parsable --nodes=1 --time=1 --wrap hostname").split(";")[0]
+        # Asked for this node by name (the other GPU node would take it otherwise): it pends, drained.
+        job = host.check_output(f"sbatch --parsable --nodelist={NODE} --time=1 --wrap hostname").split(";")[0]
         time.sleep(3)
         queued = host.check_output(f"squeue --noheader --jobs {job} --format '%T %N'")
         assert queued.split()[0] == "PENDING" and NODE not in queued, queued
