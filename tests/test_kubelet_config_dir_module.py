@@ -23,19 +23,18 @@ CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the module writes the drop-in as root:root")
 
 
+#: The kubeadm packages' kubelet layout, one copy: molecule host_tuning installs the same files on its kubeadm node.
+KUBELET_FIXTURES = Path(__file__).resolve().parents[1] / "molecule" / "host_tuning" / "kubelet"
+
+
 def kubeadm_dropin(tree: Path) -> str:
     """kubeadm's 10-kubeadm.conf as the kubelet deb ships it (kubernetes/release, cmd/krel/templates/latest/
     kubeadm/10-kubeadm.conf), with its EnvironmentFile= paths inside the scratch tree."""
-    return (
-        "# Note: This dropin only works with kubeadm and kubelet v1.11+\n[Service]\n"
-        'Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf '
-        '--kubeconfig=/etc/kubernetes/kubelet.conf"\n'
-        'Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"\n'
-        f"EnvironmentFile=-{tree}/var/lib/kubelet/kubeadm-flags.env\n"
-        f"EnvironmentFile=-{tree}/etc/default/kubelet\n"
-        "ExecStart=\n"
-        "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS "
-        "$KUBELET_EXTRA_ARGS\n")
+    text = (KUBELET_FIXTURES / "10-kubeadm.conf").read_text()
+    for env_file in ("/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet"):
+        assert f"EnvironmentFile=-{env_file}\n" in text
+        text = text.replace(f"EnvironmentFile=-{env_file}\n", f"EnvironmentFile=-{tree}{env_file}\n")
+    return text
 
 
 UNIT = "[Unit]\nDescription=kubelet\n[Service]\nExecStart=/usr/bin/kubelet\nRestart=always\n"
