@@ -165,6 +165,20 @@ def test_role_ensures_the_flag_before_it_writes_the_drop_in() -> None:
     assert writes and writes[0] > 0
 
 
+def test_role_refuses_a_kubelet_before_it_changes_anything() -> None:
+    """roles/host_tuning/tasks/main.yml: the kubelet tasks come right after the preflight, before the first task
+    that changes the host, so a refused kubelet (another layout) leaves the host as found (molecule host_tuning's
+    side_effect.yml checks it on a node)."""
+    import yaml
+
+    tasks = yaml.safe_load((MODULE.parents[2] / "roles/host_tuning/tasks/main.yml").read_text())
+    imports = [t.get("ansible.builtin.import_tasks") for t in tasks]
+    assert imports.index("kubelet.yml") == imports.index("preflight.yml") + 1
+    # Before it: the footprint probe, its end, the preflight; nothing that writes.
+    before = {k for t in tasks[:imports.index("kubelet.yml")] for k in t if k.startswith("ansible.builtin.")}
+    assert before == {"ansible.builtin.import_role", "ansible.builtin.meta", "ansible.builtin.import_tasks"}
+
+
 def test_unbalanced_quotes_fail_with_a_message(tree: dict[str, Path]) -> None:
     kubeadm(tree, default_kubelet='KUBELET_EXTRA_ARGS="--v=2\n')
     result = run(tree)
