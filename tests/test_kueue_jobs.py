@@ -82,6 +82,18 @@ def gpu_quota(spec: ClusterSpec, pool: NodePool) -> int:
     return int(next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == kueue.GPU_RESOURCE))
 
 
+def requested_resources(workload: dict[str, Any]) -> set[str]:
+    """Resource names the pod sets request (limits stand for requests where none are given)."""
+    return {name for ps in workload["spec"]["podSets"] for c in ps["template"]["spec"]["containers"]
+            for part in ("requests", "limits") for name in ((c.get("resources") or {}).get(part) or {})}
+
+
+def covered(spec: ClusterSpec) -> set[str]:
+    # Kueue finds no flavor for a pod set requesting a resource its ClusterQueue does not cover ("resource ...
+    # unavailable in ClusterQueue", kubernetes-sigs/kueue pkg/scheduler/flavorassigner): the job is never admitted.
+    return set(kueue.cluster_queue(spec)["spec"]["resourceGroups"][0]["coveredResources"])
+
+
 def workload_gpus(workload: dict[str, Any]) -> int:
     return sum(ps["count"] * sum(int((c.get("resources") or {}).get("limits", {}).get(kueue.GPU_RESOURCE, 0))
                                  for c in ps["template"]["spec"]["containers"])
@@ -112,8 +124,9 @@ def test_doc_training_job_is_valid_and_names_the_stacks_queue_priority_and_level
         # The level gpufleet names for the pool (gpufleet plan's placement), one of its Topology's levels.
         assert level == kueue.placement_level(spec, pool)[1]
         assert level in topology_labels(spec, pool)
-        # Admitted whole: the job's GPUs fit one flavor's quota.
+        # Admitted whole: the job's GPUs fit one flavor's quota, and it asks for nothing the queue lacks.
         assert workload_gpus(workload) <= gpu_quota(spec, pool)
+        assert requested_resources(workload) <= covered(spec)
     assert workload_errors(workload) == []
     assert workload["spec"]["podSets"][0]["topologyRequest"] == {"preferred": level, "podIndexLabel": JOB_INDEX_LABEL}
 
@@ -166,6 +179,7 @@ def test_bench_jobs_carry_queue_and_the_pools_topology_level(stack: str, tmp_pat
         workload = workload_of(job, priorities())
         assert workload_errors(workload) == [], name
         assert workload_gpus(workload) <= gpu_quota(spec, pool), name
+        assert requested_resources(workload) <= covered(spec), name
         if job["kind"] == "MPIJob":
             sets = {ps["name"]: ps for ps in workload["spec"]["podSets"]}
             assert sets["worker"]["count"] == 2
