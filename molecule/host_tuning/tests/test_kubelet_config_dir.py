@@ -69,4 +69,5 @@ def test_refused_kubelet_left_as_found(host):
     only(host, REFUSED)
     assert not host.file(DROPIN).exists
     assert not host.file(f"{CONFIG_DIR}/50-gpufleet-taints.conf").exists
-    assert [a for a in starts(host)[-1] if a.startswith("--config")] == ["--config=/var/lib/kubelet/kubelet-config.yaml"]
+    config_flags = [a for a in starts(host)[-1] if a.startswith("--config")]
+    assert config_flags == ["--config=/var/lib/kubelet/kubelet-config.yaml"]
