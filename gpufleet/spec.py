@@ -31,10 +31,10 @@ import functools
 import ipaddress
 import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -46,6 +46,7 @@ from gpufleet.module_utils.power_limit import canonical_power_limit
 
 NAMESPACE = "gpufleet"
 STACKS_DIR = REPO_ROOT / "stacks"
+_T = TypeVar("_T")
 
 #: Taint every GPU node carries so that only pods that tolerate it land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -423,12 +424,45 @@ class NodePool(_Strict):
         return self.count if self.count is not None else (self.min or 0)
 
 
+def _nvme_class(value: str) -> str:
+    from gpufleet.catalog.storage import storage_catalog
+
+    classes = storage_catalog().nvme.classes
+    if value not in classes:
+        raise PydanticCustomError("drive_class", "not an NVMe class of gpufleet/catalog/storage.yaml",
+                                  {"fix": f"use one of {', '.join(sorted(classes))}"})
+    return value
+
+
+NvmeClassName = Annotated[str, AfterValidator(_nvme_class)]
+
+
+def _gate(description: str, example: float) -> Any:
+    # allow_inf_nan=False: a .nan threshold would pass no gate and fail none.
+    return Field(None, gt=0, allow_inf_nan=False, **_doc(description, example))
+
+
+class StorageGates(_Strict):
+    """Thresholds of ``gpufleet bench storage`` for one target, each replacing its default (gpufleet/catalog/
+    storage.yaml: NVMe datasheet classes; clouds.yaml: the managed Lustre tiers)."""
+
+    min_read_mbps: float | None = _gate("Sequential read (and the parallel per-GPU read), MB/s (10^6 B/s); "
+                                        "for Lustre the sum over the pool's nodes.", 20000)
+    min_write_mbps: float | None = _gate("Sequential write, MB/s; for Lustre the sum over the pool's nodes.", 10000)
+    min_read_iops: float | None = _gate("Random 4 KiB read IOPS (for Lustre summed over the nodes).", 500000)
+    min_creates_per_s: float | None = _gate("mdtest file creates per second (Lustre volumes).", 5000)
+    min_stats_per_s: float | None = _gate("mdtest file stats per second (Lustre volumes).", 20000)
+
+
 class LustreVolume(_Strict):
     mount_path: MountPath = Field(**_doc("Where pods and hosts mount it.", "/lustre/datasets"))
     #: Sub-directory of the Lustre filesystem this volume exposes.
     subdir: CleanPath = Field("/", **_doc("Sub-directory of the file system this volume exposes.", "/datasets"))
     capacity_gib: int = Field(gt=0, **_doc("Capacity of the PersistentVolume (GiB).", 1048576))
     throughput_mbps_per_tib: int | None = Field(None, **_doc("Managed Lustre throughput tier.", 250))
+    bench_gates: StorageGates | None = Field(None, **_doc(
+        "Thresholds of gpufleet bench storage for this volume (default: throughput tier x capacity).",
+        {"min_creates_per_s": 5000}))
 
 
 class Lustre(_Strict):
@@ -447,6 +481,12 @@ class LocalNvme(_Strict):
     devices: list[DevicePath] = Field(default_factory=list, **_doc(
         "Whole-disk drives for the scratch; empty: every NVMe disk that holds nothing (role local_scratch).",
         ["/dev/nvme2n1", "/dev/nvme3n1"]))
+    drive_class: NvmeClassName | None = Field(None, **_doc(
+        "NVMe datasheet class of the drives (gpufleet/catalog/storage.yaml; default: its default_class): the "
+        "gates of gpufleet bench storage.", "pcie4-u2"))
+    bench_gates: StorageGates | None = Field(None, **_doc(
+        "Thresholds of gpufleet bench storage for the scratch (default: the drive class x drives).",
+        {"min_read_mbps": 20000}))
 
 
 class Storage(_Strict):
@@ -528,6 +568,28 @@ class Drift(_Strict):
     def _not_latest(self) -> Drift:
         if self.image.endswith(":latest"):
             raise ValueError("the drift image must be pinned: a version tag or @sha256 digest, never :latest")
+        return self
+
+
+class HealthWatch(_Strict):
+    """The in-cluster health watcher (docs/validation.md, "The watcher"): a node agent DaemonSet per GPU pool
+    and one controller Deployment on system nodes that taints with the rate limit; deployed when this is set."""
+
+    #: Image with this repository and its venv (the drift check's image), pinned by tag (not latest) or digest.
+    image: str = Field(pattern=PINNED_IMAGE, **_doc("Image with this repository, pinned by tag or digest.",
+                                                    "registry.example.com/gpufleet:1.0.0"))
+    interval_s: int = Field(300, ge=30, le=86400, **_doc(
+        "Seconds between two checks of every GPU node (the healthy streak counts these).", 300))
+    max_share: float = Field(0.10, gt=0, le=1, allow_inf_nan=False, **_doc(
+        "Rate limit: share of a pool's nodes that may carry a health taint at once (at least one node).", 0.1))
+    healthy_streak: int = Field(3, ge=1, le=1000, **_doc(
+        "Consecutive healthy checks before a tainted node is untainted.", 3))
+
+    @model_validator(mode="after")
+    def _not_latest(self) -> HealthWatch:
+        if self.image.endswith(":latest"):
+            raise ValueError("the health watcher image must be pinned: a version tag or @sha256 digest, "
+                             "never :latest")
         return self
 
 
@@ -757,6 +819,9 @@ class ClusterSpec(_Strict):
         "Kueue queues and topology-aware placement of GPU jobs.", {"topology_level": "switch"}))
     drift: Drift | None = Field(None, **_doc("The in-cluster drift check (deployed when set).",
                                              {"image": "registry.example.com/gpufleet:1.0.0"}))
+    health_watch: HealthWatch | None = Field(None, **_doc(
+        "The in-cluster health watcher that taints unhealthy GPU nodes (deployed when set).",
+        {"image": "registry.example.com/gpufleet:1.0.0"}))
     aws: Aws | None = Field(None, **_doc("Settings of the aws backend (required with backend aws).",
                                          {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}))
     azure: Azure | None = Field(None, **_doc("Settings of the azure backend (required with backend azure).",
@@ -823,6 +888,7 @@ _FIELDS = {
     "monitoring": "monitoring",
     "podSecurity": "pod_security",
     "drift": "drift",
+    "healthWatch": "health_watch",
     "scheduling": "scheduling",
     "aws": "aws",
     "azure": "azure",
@@ -1253,26 +1319,31 @@ def _same_host(host: Host) -> str | ipaddress.IPv4Address | ipaddress.IPv6Addres
     return mapped if mapped is not None else ip
 
 
+def _repeats(items: Iterable[tuple[Hashable, _T]]) -> Iterator[tuple[_T, _T]]:
+    """``(first, later)`` for each item whose identity an earlier one already had: the one first-seen rule the
+    "listed twice" checks share (each names both places)."""
+    first: dict[Hashable, _T] = {}
+    for same, item in items:
+        if same in first:
+            yield first[same], item
+        else:
+            first[same] = item
+
+
 def _host_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     """A host (by name or by address, compared as what they name) in two places: it would get two pools'
     settings, or two inventory entries for one machine."""
     problems = []
     for attr in ("name", "address"):
-        seen: dict[object, tuple[str, str, str]] = {}
-        for i, pool in enumerate(spec.pools):
-            for j, host in enumerate(pool.hosts):
-                value = getattr(host, attr)
-                same = _same_host(host) if attr == "address" else value
-                key = f"{NAMESPACE}:pools[{i}].hosts[{j}].{attr}"
-                if same not in seen:
-                    seen[same] = (pool.name, key, value)
-                    continue
-                first_pool, first_key, first_value = seen[same]
-                where = f"pools {first_pool} and {pool.name}" if first_pool != pool.name else f"pool {pool.name} twice"
-                spelled = f", written {first_value}" if first_value != value else ""
-                problems.append(ConfigProblem(
-                    str(path), key, value, f"host {value} is in {where} ({first_key} is the same {attr}{spelled})",
-                    f"list the host once, in one pool (remove {key} or {first_key})"))
+        entries = ((_same_host(host) if attr == "address" else getattr(host, attr),
+                    (pool.name, f"{NAMESPACE}:pools[{i}].hosts[{j}].{attr}", getattr(host, attr)))
+                   for i, pool in enumerate(spec.pools) for j, host in enumerate(pool.hosts))
+        for (first_pool, first_key, first_value), (pool_name, key, value) in _repeats(entries):
+            where = f"pools {first_pool} and {pool_name}" if first_pool != pool_name else f"pool {pool_name} twice"
+            spelled = f", written {first_value}" if first_value != value else ""
+            problems.append(ConfigProblem(
+                str(path), key, value, f"host {value} is in {where} ({first_key} is the same {attr}{spelled})",
+                f"list the host once, in one pool (remove {key} or {first_key})"))
     return problems
 
 
@@ -1283,15 +1354,13 @@ def _namespace_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     from gpufleet.infra.charts import PLATFORM_NAMESPACES
 
     problems = []
-    first: dict[str, int] = {}
+    repeated = {i: first for first, i in _repeats((ns, i) for i, ns in enumerate(spec.workload_namespaces))}
     for i, ns in enumerate(spec.workload_namespaces):
         key = f"{NAMESPACE}:workloadNamespaces[{i}]"
-        if ns in first:
+        if i in repeated:
             problems.append(ConfigProblem(str(path), key, ns, f"listed twice: {NAMESPACE}:workloadNamespaces"
-                                          f"[{first[ns]}] is {ns} too", f"remove {key}"))
-            continue
-        first[ns] = i
-        if ns in PLATFORM_NAMESPACES:
+                                          f"[{repeated[i]}] is {ns} too", f"remove {key}"))
+        elif ns in PLATFORM_NAMESPACES:
             problems.append(ConfigProblem(
                 str(path), key, ns, f"{ns} is a platform namespace gpufleet installs into: default-deny "
                 "NetworkPolicies and the workload Pod Security level there break its components",
@@ -1351,13 +1420,10 @@ def _storage_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     problems = []
     lustre, scratch = spec.storage.lustre, spec.storage.local_nvme
     if scratch is not None:
-        first: dict[str, int] = {}
-        for i, dev in enumerate(scratch.devices):
-            key = f"{NAMESPACE}:storage.local_nvme.devices[{i}]"
-            if dev in first:
-                problems.append(ConfigProblem(str(path), key, dev, f"listed twice: {NAMESPACE}:storage.local_nvme."
-                                              f"devices[{first[dev]}] is the same drive", f"remove {key}"))
-            first.setdefault(dev, i)
+        for first, i in _repeats((dev, i) for i, dev in enumerate(scratch.devices)):
+            key, dev = f"{NAMESPACE}:storage.local_nvme.devices[{i}]", scratch.devices[i]
+            problems.append(ConfigProblem(str(path), key, dev, f"listed twice: {NAMESPACE}:storage.local_nvme."
+                                          f"devices[{first}] is the same drive", f"remove {key}"))
     if lustre is not None and scratch is not None:
         for name, vol in (("datasets", lustre.datasets), ("checkpoints", lustre.checkpoints)):
             if vol.mount_path == scratch.mount_path:
@@ -1373,16 +1439,12 @@ def _taint_problems(path: Path, spec: ClusterSpec) -> list[ConfigProblem]:
     by key and effect pair", k8s.io/kubernetes pkg/apis/core/validation)."""
     problems = []
     for i, pool in enumerate(spec.pools):
-        first: dict[tuple[str, str], int] = {}
-        for j, taint in enumerate(pool.taints):
-            key = f"{NAMESPACE}:pools[{i}].taints[{j}]"
-            pair = (taint.key, taint.effect)
-            if pair in first:
-                problems.append(ConfigProblem(
-                    str(path), key, f"{taint.key}:{taint.effect}", f"pool {pool.name} has this key and effect "
-                    f"twice ({NAMESPACE}:pools[{i}].taints[{first[pair]}]): Kubernetes refuses the node",
-                    f"remove {key}, or give it another effect"))
-            first.setdefault(pair, j)
+        for first, j in _repeats(((t.key, t.effect), j) for j, t in enumerate(pool.taints)):
+            key, taint = f"{NAMESPACE}:pools[{i}].taints[{j}]", pool.taints[j]
+            problems.append(ConfigProblem(
+                str(path), key, f"{taint.key}:{taint.effect}", f"pool {pool.name} has this key and effect "
+                f"twice ({NAMESPACE}:pools[{i}].taints[{first}]): Kubernetes refuses the node",
+                f"remove {key}, or give it another effect"))
     return problems
 
 

@@ -4,6 +4,7 @@ proposed stack, CLI contract. Fixtures: tests/fixtures/audit (built from ../shar
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,13 +18,23 @@ from typer.testing import CliRunner
 from gpufleet import REPO_ROOT
 from gpufleet.audit import build_facts, find_all
 from gpufleet.audit.collect import AUDIT_PLAYBOOK, Collected, from_stats, read_facts_dir, run_audit
-from gpufleet.audit.facts import HostFacts, parse_apt_config, parse_apt_policy, parse_apt_sources
-from gpufleet.audit.reads import MISSING, managed_sysctls, playbook_vars, reads
+from gpufleet.audit.facts import (
+    HostFacts,
+    parse_apt_config,
+    parse_apt_policy,
+    parse_apt_sources,
+    parse_dropins,
+    same_uri,
+)
+from gpufleet.audit.findings import gpufleet_source
+from gpufleet.audit.reads import MISSING, RawRead, managed_sysctls, playbook_vars, reads
 from gpufleet.cli import app
 from gpufleet.lock import load_lock
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "audit"
-CLEAN, FLEET = FIXTURES / "clean", FIXTURES / "fleet"
+CLEAN, FLEET, FOREIGN = FIXTURES / "clean", FIXTURES / "fleet", FIXTURES / "foreign"
+#: The one definition of the sandbox's foreign kinds (issue 28 point 5), made by molecule/shared/foreign.yml.
+FOREIGN_KINDS = REPO_ROOT / "molecule" / "shared" / "foreign_kinds.yml"
 SHARED = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 REPO = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 runner = CliRunner()
@@ -141,6 +152,101 @@ def test_conflicting_sources_use_the_drift_security_grammar() -> None:
     f = facts_of(FLEET)[0]
     assert f.host == "keyring-a"
     assert {e.repository for e in f.apt_sources if "nvidia" in e.uri} == {f"{REPO} /"}
+
+
+# --- foreign kinds (issue 28 point 5): each difference named -------------------------------------------------------
+
+@pytest.mark.parametrize(("finding", "host", "text"), [
+    # (a) NVIDIA's install guide: the cuda-keyring source alone (gpufleet's file name, another keyring).
+    ("foreign-source", "guide-0", "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list (/, signed-by "
+                                  "/usr/share/keyrings/cuda-archive-keyring.gpg)"),
+    ("unheld-packages", "guide-0", "3 NVIDIA package(s) not held: cuda-drivers-535"),
+    ("persistence-off", "guide-0", "persistence mode off on GPU 0"),
+    # (b) Debian's own driver: its archive named as the origin, the older version in the pool's skew.
+    ("foreign-source", "debian-0", "4 NVIDIA package(s) installed from http://deb.debian.org/debian, a source "
+                                   "gpufleet did not write (/etc/apt/sources.list (bookworm, no signed-by)"),
+    ("unheld-packages", "debian-0", "not held: libcuda1, libnvidia-ml1, nvidia-alternative, nvidia-smi"),
+    ("version-skew", "debian-0", "driver differs within pool foreign: 535.261.03 on debian-0; 535.54.03 on guide-0; "
+                                 "570.172.08 on role-0"),
+    # (c) NVIDIA's Ansible role: one package at a version, the driver it pulled newer; persistenced override.
+    ("driver-package-skew", "role-0", "driver packages at 2 versions (570.133.20: cuda-drivers-570; 570.172.08: "
+                                      "nvidia-driver-570-open, nvidia-utils-570)"),
+    ("unit-override", "role-0", "nvidia-persistenced.service runs with a drop-in gpufleet does not write: "
+                                "/etc/systemd/system/nvidia-persistenced.service.d/override.conf (ExecStart=; "
+                                "ExecStart=/usr/bin/nvidia-persistenced --verbose)"),
+    ("foreign-source", "role-0", "/usr/share/keyrings/cuda-archive-keyring.gpg"),
+])
+def test_each_foreign_kind_difference_is_named(finding: str, host: str, text: str) -> None:
+    found = [f for f in find_all(facts_of(FOREIGN)) if f.id == finding and host in f.hosts and text in f.message]
+    assert found, [(f.id, f.hosts, f.message) for f in find_all(facts_of(FOREIGN)) if f.id == finding]
+    assert found[0].severity == "warning" and found[0].fix
+
+
+def test_foreign_kinds_get_only_their_findings() -> None:
+    found = find_all(facts_of(FOREIGN))
+    per_host = {h: {f.id for f in found if h in f.hosts} - {"version-skew", "lock-refused"}
+                for h in ("guide-0", "debian-0", "role-0")}
+    assert per_host == {
+        "guide-0": {"foreign-source", "unheld-packages", "persistence-off"},
+        "debian-0": {"foreign-source", "unheld-packages"},
+        "role-0": {"foreign-source", "unheld-packages", "driver-package-skew", "unit-override"}}
+
+
+def test_gpufleets_own_sources_are_not_foreign() -> None:
+    # gpufleet's keyring (roles/nvidia_repo's default) or a gpufleet- file or keyring; cuda-keyring's same file name
+    # with its own keyring is not gpufleet's.
+    cuda = "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"
+    entries = parse_apt_sources(
+        f"{cuda}:deb [signed-by=/etc/apt/keyrings/cuda-archive-keyring.asc] {REPO}/ /\n"
+        f"{cuda}:deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO}/ /\n"
+        "/etc/apt/sources.list.d/gpufleet-nvidia-distro.sources:Types: deb\n"
+        "/etc/apt/sources.list.d/gpufleet-nvidia-distro.sources:URIs: http://deb.debian.org/debian\n"
+        "/etc/apt/sources.list.d/gpufleet-nvidia-distro.sources:Suites: bookworm\n"
+        "/etc/apt/sources.list.d/gpufleet-nvidia-distro.sources:Components: non-free\n")
+    assert [gpufleet_source(e) for e in entries] == [True, False, True]
+    # apt-cache policy prints file:///srv/x/ as file:/srv/x (the sandbox's fixture repository).
+    assert same_uri("file:///srv/gpufleet-repo/ubuntu2204/x86_64/", "file:/srv/gpufleet-repo/ubuntu2204/x86_64")
+    assert not same_uri("http://deb.debian.org/debian", "http://deb.debian.org/debian-security")
+
+
+def test_clean_and_converged_hosts_have_no_foreign_finding() -> None:
+    # gpufleet's source (and a second one for the same repository, which is the conflict) is no foreign origin.
+    ids = {f.id for f in find_all(facts_of(CLEAN) + facts_of(FLEET))}
+    assert not ids & {"foreign-source", "driver-package-skew", "unit-override"}
+
+
+def test_dropins_read_without_comments() -> None:
+    text = "/etc/systemd/system/x.service.d/a.conf:[Service]\n/etc/systemd/system/x.service.d/a.conf:# why\n" \
+           "/etc/systemd/system/x.service.d/a.conf:ExecStart=\n/etc/systemd/system/x.service.d/a.conf:\n"
+    assert parse_dropins(text) == {"/etc/systemd/system/x.service.d/a.conf": ["[Service]", "ExecStart="]}
+
+
+def test_a_gpufleet_named_dropin_is_not_an_override() -> None:
+    raw = {k: RawRead(0, "") for k in ("dpkg",)}
+    raw["unit_dropins"] = RawRead(0, "/etc/systemd/system/nvidia-persistenced.service.d/gpufleet-x.conf:[Service]\n")
+    assert not [f for f in find_all([build_facts("h", raw)]) if f.id == "unit-override"]
+
+
+def test_the_foreign_kinds_definition_is_plain_data_the_audit_and_docs_know() -> None:
+    text = FOREIGN_KINDS.read_text()
+    assert "{{" not in text and "{%" not in text, "plain data: values reach Ansible as written"
+    kinds: dict[str, Any] = yaml.safe_load(text)
+    assert set(kinds) == {"cuda_keyring", "debian_nonfree", "nvidia_role"}
+    fields = {"title", "keyrings", "sources", "install", "sources_after", "files", "services", "gpu_standin",
+              "expect"}
+    emitted = set(re.findall(r'Finding\("([a-z-]+)"', (REPO_ROOT / "gpufleet" / "audit" / "findings.py").read_text()))
+    docs = (REPO_ROOT / "docs" / "audit.md").read_text()
+    for name, kind in kinds.items():
+        assert set(kind) == fields, name
+        assert set(kind["expect"]) <= emitted, name
+        assert f"`{name}`" in docs, f"docs/audit.md does not describe foreign kind {name}"
+        # Nothing held or pinned: a kind installs by name or name=version only.
+        assert all(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+~:-]+)?", p) for p in kind["install"]), name
+    for fid in emitted:
+        assert f"`{fid}`" in docs, f"docs/audit.md does not explain finding {fid}"
+    # The maker reads every field that makes state (title and expect are for people and the verifier).
+    maker = (REPO_ROOT / "molecule" / "shared" / "foreign.yml").read_text()
+    assert set(re.findall(r"__kind\.([a-z_]+)", maker)) == fields - {"title", "expect"}
 
 
 # --- proposed stack -------------------------------------------------------------------------------------------

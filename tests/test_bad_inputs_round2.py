@@ -45,6 +45,9 @@ READERS: list[list[str]] = [
     ["bench", "bench-gate", "{f}", "--gpu", "h100-sxm5-80gb"],
     ["lock", "check", "--stack", "{f}"],
     ["report", "--events", "{f}"],
+    ["inspect", "fio", "{f}"],
+    ["inspect", "mdtest", "{f}"],
+    ["bench", "storage", "--stack", "{f}"],
 ]
 
 

@@ -243,3 +243,21 @@ def test_documentation_parses_and_documents_every_option() -> None:
             and isinstance(n.value, ast.Constant)}
     assert set(docs["DOCUMENTATION"]["options"]) == {"names", "selection", "read_only", "versions", "recover"}
     assert {"interrupted", "recovered", "gpufleet_notice", "moving", "status"} <= set(docs["RETURN"])
+
+
+def test_adoption_packages_at_the_pinned_version_from_another_source_are_held_without_apt(fake_dpkg: Path) -> None:
+    # Issue 28 point 4: a host set up by NVIDIA's install guide has the driver from the cuda-keyring source, nothing
+    # held. pinned_packages' dpkg read takes over what is at the pinned version by holding it: dpkg only (the pin in
+    # apt's preferences names no origin), no reinstall, and no apt at all, which on such a host may still refuse its
+    # sources ("Conflicting values set for option Signed-By").
+    apt_get = fake_dpkg / "bin" / "apt-get"
+    apt_get.write_text("#!/bin/sh\necho \"apt-get $*\" >> \"$LOG\"\n"
+                       "echo 'E: Conflicting values set for option Signed-By' >&2\nexit 100\n")
+    pinned = {"nvidia-utils-570": "570.172.08-0ubuntu1", "libnvidia-compute-570": "570.172.08-0ubuntu1"}
+    (fake_dpkg / "state").write_text("nvidia-utils-570\tinstall\tinstalled\t570.172.08-0ubuntu1\n"
+                                     "libnvidia-compute-570\tinstall\tinstalled\t570.172.08-0ubuntu1\n")
+    res = run(fake_dpkg, {"names": list(pinned), "versions": pinned, "recover": True})
+    assert res["moving"] == [] and res["changed_packages"] == list(pinned)
+    assert (fake_dpkg / "log").read_text() == "".join(f"{n} hold\n" for n in pinned)
+    assert (fake_dpkg / "state").read_text() == ("nvidia-utils-570\thold\tinstalled\t570.172.08-0ubuntu1\n"
+                                                 "libnvidia-compute-570\thold\tinstalled\t570.172.08-0ubuntu1\n")

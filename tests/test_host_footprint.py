@@ -241,10 +241,11 @@ def test_a_probe_reuses_only_a_converged_reading() -> None:
 #: a probing role runs or checks are in its meta/footprint.yml, test_hole4_every_program...), the
 #: kernel's module tree (the release is in the digest), the distribution's keyrings, sysfs/procfs they read through
 #: the kernel section, block devices (their mdadm.conf, fstab entry and mount are in the digest), the daemons' own
-#: state and logs that slurm.conf points at, and text that only mentions a path.
+#: state and logs that slurm.conf points at, node_exporter's textfile directory (metrics programs rewrite every
+#: few minutes; in a digest they would make every run look unconverged), and text that only mentions a path.
 NOT_STATE = ("/usr/bin/", "/usr/sbin/", "/lib/modules/", "/usr/share/keyrings/", "/proc/", "/dev/md", "/dev/nvme",
              "/sys/bus/pci/devices/", "/lib/systemd/system/", "/usr/local/cuda-", "/usr/local/cuda/bin",
-             "/var/lib/slurm/", "/var/log/")
+             "/var/lib/slurm/", "/var/log/", "/var/lib/node_exporter/")
 #: /dev/urandom: where roles/slurm draws a new munge key from (the key it writes, /etc/munge, is in the footprint).
 NOT_STATE_EXACT = {"/dev/null", "/dev/urandom", "/etc/default/grub", "/etc/sysctl"}
 _PATH = re.compile(r"(?<![\w.{}-])(/(?:etc|usr|run|var|opt|dev|sys|srv|boot)/[A-Za-z0-9_./*-]+)")
@@ -344,8 +345,10 @@ def test_the_skipped_tags_a_record_ignores_are_on_no_role_task() -> None:
 
 # -- issue 26: what the roles decide from, beyond the host's own files ----------------------------------------------
 
-def _ansible_run(tmp_path: Path, host: Path, groups: dict[str, list[str]], scope: str, *options: str) -> dict[str, Any]:
-    """tests/playbooks/host_footprint.yml on the scratch host: the probe's and the record's answers for one scope.
+def _ansible_run(tmp_path: Path, host: Path, groups: dict[str, list[str]], scope: str, *options: str,
+                 playbook: str = "host_footprint.yml", **extra_vars: Any) -> dict[str, Any]:
+    """tests/playbooks/host_footprint.yml (or ``playbook``) on the scratch host: the probe's and the record's
+    answers for one scope.
 
     Hosts other than ``node`` exist in the inventory only (never in the play: its hosts are the group ``target``).
     """
@@ -357,14 +360,13 @@ def _ansible_run(tmp_path: Path, host: Path, groups: dict[str, list[str]], scope
     out.unlink(missing_ok=True)
     reads = {"root": str(host), "units": False, "nvidia_smi": "", "stamp": "/var/lib/gpufleet/footprint.json",
              "paths": ["/etc/apt", "/etc/nccl.conf", "/usr/local/cuda"], "blockers": [], "kernel_modules": []}
-    extra = {"scope": scope, "out_file": str(out), "__host_footprint_reads": reads}
+    extra = {"scope": scope, "out_file": str(out), "__host_footprint_reads": reads, **extra_vars}
     inv = tmp_path / "inventory.json"
     inv.write_text(json.dumps(inventory))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible" / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_STDOUT_CALLBACK": "default"}
-    playbook = REPO_ROOT / "tests" / "playbooks" / "host_footprint.yml"
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-                           "-e", json.dumps(extra), *options, str(playbook)],
+                           "-e", json.dumps(extra), *options, str(REPO_ROOT / "tests" / "playbooks" / playbook)],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return dict(json.loads(out.read_text()))
@@ -583,3 +585,84 @@ def test_hole3_a_link_into_a_run_time_tree_counts_without_its_modification_time(
     (host / "sys/devices/pci0/mlx5_0").rename(host / "sys/devices/pci0/gone")
     (host / "sys/devices/pci0/mlx5_0").mkdir()
     assert run(host)["reason"].endswith("path:/run/gpufleet")
+
+
+# -- issue 33 point 5: a host that changes costs what it did before the skip --------------------------------------
+
+def test_a_probe_answers_from_a_stamp_without_this_runs_inputs() -> None:
+    plugin = _plugin()
+    rec = {"nccl": {"inputs": "old", "footprint": "d", "cluster": "c"}, "site": {"inputs": "old", "footprint": "d"}}
+    answer = plugin.unrecorded({"recorded": rec}, ["cudnn", "site"], "new")
+    assert answer["converged"] is False and answer["reread"] is False
+    assert answer["reason"].startswith("no record of a converge for cudnn, site with this run's inputs")
+    # An entry with this run's inputs may hold (whatever its digest): the host is read.
+    assert plugin.unrecorded({"recorded": {**rec, "site": {"inputs": "new", "footprint": "x"}}},
+                             ["cudnn", "site"], "new") is None
+    # No stamp read this run (a first probe, a skipped record's result), or a failed read: the host is read.
+    assert plugin.unrecorded({}, ["cudnn", "site"], "new") is None
+    assert plugin.unrecorded({"skipped": True, "changed": False}, ["cudnn", "site"], "new") is None
+    assert plugin.unrecorded({"failed": True, "recorded": {}}, ["cudnn", "site"], "new") is None
+    assert plugin.unrecorded({"recorded": {}}, ["*"], "new")["converged"] is False
+
+
+def _site_run(tmp_path: Path, host: Path, *options: str, changes: dict[str, str] | None = None,
+              **extra: Any) -> dict[str, Any]:
+    """tests/playbooks/host_footprint_site.yml: nccl and cudnn probed and recorded as under site.yml, then the site
+    record; for each role the full reading beside the probe's answer."""
+    return _ansible_run(tmp_path, host, GROW, "site", *options, playbook="host_footprint_site.yml",
+                        scopes=["nccl", "cudnn"], changes=changes or {}, **extra)
+
+
+def _agree(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each probe's answer is the full reading's (the shortcut may say "not converged" when nothing changed, never
+    "converged" when a full read says otherwise; in these runs they are equal)."""
+    for role in run["roles"]:
+        assert role["probe"]["converged"] == role["full"]["converged"], role
+    return list(run["roles"])
+
+
+def test_under_site_yml_roles_leave_their_records_to_the_site_record(tmp_path: Path, host: Path) -> None:
+    """A fresh host: one module run reads the stamp; the second role answers from it; one stamp write (site).
+
+    Before issue 33 point 5 each role ran the module for its probe and again for its record (four reads, three
+    writes here). Each later run's answers equal a full reading's."""
+    nccl, cudnn = _agree(_site_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"}))
+    assert nccl["probe"]["reread"] is True and nccl["probe"]["converged"] is False
+    assert nccl["record"]["reason"] == "left to the site record (nccl)" and nccl["record"]["reread"] is False
+    assert cudnn["probe"]["reread"] is False and "with this run's inputs" in cudnn["probe"]["reason"]
+    assert cudnn["record"]["reason"] == "left to the site record (cudnn)"
+    stamp = json.loads((host / "var/lib/gpufleet/footprint.json").read_text())
+    assert set(stamp["scopes"]) == {"site"}
+
+    # Unchanged: the first probe reads and holds through the site scope, the second reuses that reading.
+    nccl, cudnn = _agree(_site_run(tmp_path, host))
+    assert nccl["probe"]["converged"] is True and nccl["probe"]["reread"] is True
+    assert cudnn["probe"]["converged"] is True and cudnn["probe"]["reread"] is False
+
+    # A break the first role repairs: the second role's probe reads the host again (its scope has this run's
+    # inputs) and holds, as the full reading does.
+    (host / "etc/nccl.conf").write_text("NCCL_DEBUG=TRACE\n")
+    nccl, cudnn = _agree(_site_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"}))
+    assert nccl["probe"]["converged"] is False
+    assert cudnn["probe"]["converged"] is True and cudnn["probe"]["reread"] is True
+
+    # New inputs (a changed host variable): the second role answers from the stamp read by the first.
+    nccl, cudnn = _agree(_site_run(tmp_path, host, gpufleet_bench_knob=2))
+    assert nccl["probe"]["converged"] is False and cudnn["probe"]["reread"] is False
+
+
+def test_a_run_whose_site_record_is_refused_keeps_the_role_records(tmp_path: Path, host: Path) -> None:
+    """--limit refuses the site record (site reads the cluster): each role that reads only its own host records
+    as before, so what the limited run proved is not lost."""
+    run = _site_run(tmp_path, host, "--limit", "node")
+    nccl, cudnn = _agree(run)
+    assert nccl["record"]["reason"] == "recorded (nccl)" and cudnn["record"]["reason"] == "recorded (cudnn)"
+    assert run["site"]["reason"] == "not recorded: --limit leaves out hosts this role reads"
+
+
+def test_site_yml_defers_the_role_records_of_every_play_it_imports() -> None:
+    site = yaml.safe_load((REPO_ROOT / "ansible" / "site.yml").read_text())
+    imports = [p for p in site if "ansible.builtin.import_playbook" in p]
+    roles_plays = [p for p in imports if "lock_check" not in p["ansible.builtin.import_playbook"]]
+    assert roles_plays and all(p["vars"]["host_footprint_defer_to_site"] is True for p in roles_plays)
+    assert DEFAULTS["host_footprint_defer_to_site"] is False

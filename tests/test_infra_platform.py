@@ -22,12 +22,14 @@ from hypothesis import strategies as st
 from gpufleet import REPO_ROOT
 from gpufleet.catalog.charts import CHARTS, IMAGES
 from gpufleet.drift.metrics import DEFAULT_TEXTFILE
-from gpufleet.infra import kueue, manifests, values
+from gpufleet.infra import health_watch, kueue, manifests, values
 from gpufleet.infra.offline import OfflinePlan, PlannedResource, evaluate
 from gpufleet.infra.scheduling import gpu_node_tolerations, node_taints
 from gpufleet.infra.upstream_check import crd_errors, unknown_value_keys
 from gpufleet.lock import resolve_lock
-from gpufleet.spec import ClusterSpec, Drift, Monitoring, NodePool, Taint, load_spec
+from gpufleet.spec import ClusterSpec, Drift, HealthWatch, Monitoring, NodePool, Taint, load_spec
+from gpufleet.validation.health import NodeAction, taint_for
+from gpufleet.validation.xid import HEALTH_TAINT_KEY
 
 UPSTREAM = REPO_ROOT.parent / "shared" / "upstream"
 KPS = UPSTREAM / "kube-prometheus-stack-88.5.3"
@@ -412,6 +414,16 @@ def test_every_gpu_daemonset_tolerates_every_gpu_pool_taint(spec: ClusterSpec) -
     # Lustre is mounted by GPU workloads: the CSI node plugin runs on GPU nodes only, tolerating their taints.
     lustre = manifests.lustre_node_tolerations_patch(spec)["spec"]["template"]["spec"]
     assert lustre["nodeSelector"] == {"gpufleet.io/role": "gpu"}
+    # The health watcher's node agent (issue 31): a DaemonSet per pool, tolerating that pool's taints and every
+    # health taint (a node tainted NoExecute still needs its checks, or it is never cleared).
+    watched = spec.model_copy(update={"health_watch": HealthWatch(image=IMAGE)})
+    health = [{"key": HEALTH_TAINT_KEY, "value": a.value, "effect": t.effect}
+              for a in NodeAction if (t := taint_for(a)) is not None]
+    assert {t["effect"] for t in health} == {"NoExecute", "NoSchedule"}
+    for pool in spec.gpu_pools:
+        agent = health_watch.agent_daemonset(watched, pool)["spec"]["template"]["spec"]
+        assert agent["nodeSelector"] == {"gpufleet.io/pool": pool.name}
+        assert all(_tolerates(agent["tolerations"], t) for t in [*node_taints(pool), *health])
 
 
 def test_the_property_fails_when_a_taint_is_missed() -> None:

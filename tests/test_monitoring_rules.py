@@ -27,7 +27,8 @@ EXPECTED_ALERTS = {
     "GpuXidIsolate", "GpuXidReboot", "GpuXidResetGpu", "GpuXidApplicationError", "GpuDoubleBitEccError",
     "GpuRowRemapFailure", "GpuThermalThrottling", "GpuPowerThrottling", "GpuMissingFromExporter",
     "DcgmExporterDown", "GpuLowUtilizationDuringJob", "GpufleetDriftDetected", "GpufleetHealthActionApplied",
-    "GpufleetHealthActionsHeld",
+    "GpufleetHealthActionsHeld", "GpufleetHealthActionLong", "GpufleetHealthReportsMissing",
+    "GpufleetHealthWatcherStalled",
 }
 
 

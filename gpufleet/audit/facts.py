@@ -97,6 +97,8 @@ class HostFacts:
     #: Unattended-Upgrade::Package-Blacklist entries (regular expressions matched at the start of a name).
     unattended_blacklist: list[str] = field(default_factory=list)
     services: dict[str, str] = field(default_factory=dict)
+    #: Drop-in file of an NVIDIA daemon's unit -> its lines (systemd.unit(5) ``<unit>.d/*.conf``).
+    unit_dropins: dict[str, list[str]] = field(default_factory=dict)
     #: Reads that failed in a way that limits the audit of this host ("no nvidia-smi", a parse error).
     problems: list[str] = field(default_factory=list)
 
@@ -144,7 +146,7 @@ class HostFacts:
         """The keyring apt checks the package's repository with (signed-by of the source it comes from)."""
         if not p.origin or p.origin == "local":
             return None
-        keys = {e.signed_by for e in self.apt_sources if e.uri.rstrip("/") == p.origin.rstrip("/")}
+        keys = {e.signed_by for e in self.apt_sources if same_uri(e.uri, p.origin)}
         return ", ".join(sorted(k or "(any trusted key)" for k in keys)) or None
 
     def to_json(self) -> dict[str, Any]:
@@ -167,8 +169,20 @@ class HostFacts:
             "memlock": self.memlock,
             "unattended_upgrades": {"enabled": self.unattended_upgrades, "blacklist": self.unattended_blacklist},
             "services": self.services,
+            "unit_dropins": self.unit_dropins,
             "problems": self.problems,
         }
+
+
+def same_uri(a: str, b: str) -> bool:
+    """Whether a source's URI and an ``apt-cache policy`` origin name one repository: apt prints ``file:///srv/x/``
+    as ``file:/srv/x`` and drops the trailing slash."""
+
+    def norm(u: str) -> str:
+        u = u.rstrip("/")
+        return "file:/" + u[len("file:"):].lstrip("/") if u.startswith("file:") else u
+
+    return norm(a) == norm(b)
 
 
 def lock_version(component: str, dpkg_version: str) -> str:
@@ -265,6 +279,16 @@ def parse_memlock(text: str) -> dict[str, str]:
     return out
 
 
+def parse_dropins(text: str) -> dict[str, list[str]]:
+    """``grep -rH '' <drop-in dirs>`` -> {file: lines}, comments and empty lines left out."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        path, sep, rest = line.partition(":")
+        if sep and rest.strip() and not rest.lstrip().startswith(("#", ";")):
+            out.setdefault(path, []).append(rest.strip())
+    return out
+
+
 def _os(text: str) -> str | None:
     fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     value = fields.get("PRETTY_NAME") or fields.get("NAME")
@@ -334,6 +358,8 @@ def build_facts(host: str, raw: Mapping[str, RawRead], *, pool: str | None = Non
     # systemctl is-active prints one state per unit, in order; it exits non-zero when one is not active.
     states = (services.stdout.split() if services is not None else [])
     f.services = dict(zip((s.removesuffix(".service") for s in SERVICES), states, strict=False))
+    dropins = raw.get("unit_dropins")
+    f.unit_dropins = parse_dropins(dropins.stdout if dropins is not None else "")
     if NUMA_BALANCING not in f.sysctls and sysctl is not None and sysctl.rc != MISSING:
         f.problems.append(f"{NUMA_BALANCING} not readable")
     return f

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from gpufleet.audit.facts import HostFacts
+from gpufleet.audit.facts import AptEntry, HostFacts, lock_version, same_uri
 from gpufleet.audit.pools import by_pool, hardware, pool_of
 from gpufleet.audit.propose import COMPARED, majority, nearest_profile
-from gpufleet.audit.reads import NUMA_BALANCING
+from gpufleet.audit.reads import GPUFLEET_PREFIX, NUMA_BALANCING, gpufleet_keyrings
 from gpufleet.errors import ConfigError
 from gpufleet.lock.resolve import resolve_lock
 from gpufleet.lock.versions import matches_format
@@ -23,6 +23,9 @@ from gpufleet.spec import ClusterSpec
 
 Severity = Literal["security", "error", "warning"]
 SEVERITY_ORDER: dict[str, int] = {"security": 0, "error": 1, "warning": 2}
+#: Packages that carry the driver's version (NVIDIA's, Ubuntu's and Debian's names; cuda-compat is left out: it is
+#: meant to differ from the driver).
+_DRIVER_FAMILY = re.compile(r"^(nvidia-|libnvidia-|cuda-drivers|libcuda|firmware-nvidia)")
 #: Words in the mount points of datasets / checkpoints (the example stacks mount /lustre/datasets, /lustre/checkpoints).
 DATASETS, CHECKPOINTS = "dataset", "checkpoint"
 
@@ -162,6 +165,75 @@ def host_findings(h: HostFacts) -> list[Finding]:
                            "copies through host memory instead of GPUDirect RDMA",
                            "converge: role rdma loads it (rdma_peermem_module)"))
     out += source_findings(h)
+    out += origin_findings(h)
+    out += driver_package_skew(h)
+    out += unit_override_findings(h)
+    return out
+
+
+def gpufleet_source(e: AptEntry) -> bool:
+    """Whether gpufleet wrote this source: its file or keyring carries gpufleet's prefix, or its keyring is the CUDA
+    repository's as roles/nvidia_repo installs it (the file name alone says nothing: NVIDIA's cuda-keyring package
+    writes the same ``cuda-<distro>-<arch>.list``)."""
+    def own(path: str) -> bool:
+        return path.rsplit("/", 1)[-1].startswith(GPUFLEET_PREFIX)
+
+    return own(e.file) or (e.signed_by is not None and (own(e.signed_by) or e.signed_by in gpufleet_keyrings()))
+
+
+def origin_findings(h: HostFacts) -> list[Finding]:
+    """NVIDIA packages whose installed version comes from a repository no gpufleet source names (NVIDIA's
+    cuda-keyring source, the distribution's archive, another tool's file)."""
+    ours = [e for e in h.apt_sources if gpufleet_source(e)]
+    by_origin: dict[str, list[str]] = {}
+    for name, p in sorted(h.nvidia_packages.items()):
+        if p.origin and p.origin != "local" and not any(same_uri(e.uri, p.origin) for e in ours):
+            by_origin.setdefault(p.origin, []).append(name)
+    out = []
+    for origin, names in sorted(by_origin.items()):
+        where = "; ".join(f"{e.file} ({e.suite}, {'signed-by ' + e.signed_by if e.signed_by else 'no signed-by'})"
+                          for e in h.apt_sources if same_uri(e.uri, origin)) or "no source file"
+        out.append(Finding("foreign-source", "warning", (h.host,), pool_of(h),
+                           f"{len(names)} NVIDIA package(s) installed from {origin}, a source gpufleet did not "
+                           f"write ({where}): {', '.join(names[:8])}" + (" ..." if len(names) > 8 else ""),
+                           "adopt with the proposed stack: converge's repository role replaces the source with its "
+                           "own source and keyring (issue 28 point 4) and role nvidia_driver takes the packages "
+                           "over at the locked version (pinned and held) or replaces them through the drain rules"))
+    return out
+
+
+def driver_package_skew(h: HostFacts) -> list[Finding]:
+    """Driver packages of one host at different driver versions: what an install asked for by version (NVIDIA's
+    Ansible role installs one package, ``cuda-drivers-<branch>=<version>``) is not what apt pulled in with it."""
+    seen: dict[str, list[str]] = {}
+    for name, p in sorted(h.nvidia_packages.items()):
+        v = lock_version("driver", p.version)
+        if _DRIVER_FAMILY.match(name) and matches_format("driver", v):
+            seen.setdefault(v, []).append(name)
+    if len(seen) <= 1:
+        return []
+    detail = "; ".join(f"{v}: {', '.join(ns[:4])}" + (" ..." if len(ns) > 4 else "")
+                       for v, ns in sorted(seen.items()))
+    return [Finding("driver-package-skew", "warning", (h.host,), pool_of(h),
+                    f"driver packages at {len(seen)} versions ({detail}): a package installed at a version "
+                    "(name=version) does not hold the driver packages it depends on with >=",
+                    "converge with the proposed stack: role nvidia_driver installs, pins and holds every "
+                    "co-versioned driver package at the lock's one version")]
+
+
+def unit_override_findings(h: HostFacts) -> list[Finding]:
+    out = []
+    for path, lines in sorted(h.unit_dropins.items()):
+        if path.rsplit("/", 1)[-1].startswith(GPUFLEET_PREFIX):
+            continue
+        unit = path.rsplit("/", 2)[-2].removesuffix(".d")
+        settings = [line for line in lines if not line.startswith("[")]
+        out.append(Finding("unit-override", "warning", (h.host,), pool_of(h),
+                           f"{unit} runs with a drop-in gpufleet does not write: {path} "
+                           f"({'; '.join(settings[:4]) or 'empty'})",
+                           f"converge runs {unit} as the driver package ships it (role nvidia_driver) and leaves "
+                           "this file in place: move what it sets into the stack (gpu_settings for persistence, "
+                           "power and clocks) and remove it, or keep it knowingly"))
     return out
 
 

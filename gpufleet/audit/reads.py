@@ -51,6 +51,14 @@ SERVICES = ("slurmd.service", "kubelet.service", "nvidia-persistenced.service", 
 #: Files NVIDIA's .run installer leaves (its own uninstaller and log): a driver apt knows nothing about.
 RUN_INSTALL_FILES = ("/usr/bin/nvidia-uninstall", "/var/log/nvidia-installer.log")
 HOST_TUNING_DEFAULTS = REPO_ROOT / "roles" / "host_tuning" / "defaults" / "main.yml"
+NVIDIA_REPO_DEFAULTS = REPO_ROOT / "roles" / "nvidia_repo" / "defaults" / "main.yml"
+#: systemd reads a unit's drop-ins from ``/etc/systemd/system/<unit>.d/*.conf`` (systemd.unit(5)): those of NVIDIA's
+#: daemons among SERVICES, where another tool changes how the driver's daemons run (NVIDIA's Ansible role writes
+#: ``nvidia-persistenced.service.d/override.conf``).
+DROPIN_DIRS = tuple(f"/etc/systemd/system/{u}.d" for u in SERVICES if u.startswith("nvidia-"))
+#: gpufleet names the apt sources, keyrings and drop-ins it writes with this prefix (gpufleet-lustre.list,
+#: gpufleet-nvidia-distro.sources, gpufleet-doca.asc); the CUDA repository's keyring is the one exception (below).
+GPUFLEET_PREFIX = "gpufleet-"
 #: The sysctl host_tuning merges into its list (roles/host_tuning/tasks/main.yml).
 NUMA_BALANCING = "kernel.numa_balancing"
 
@@ -60,6 +68,14 @@ def managed_sysctls() -> tuple[str, ...]:
     """The sysctls gpufleet manages: host_tuning's defaults (the one place they are listed) + NUMA balancing."""
     data: Any = yaml.safe_load(HOST_TUNING_DEFAULTS.read_text(encoding="utf-8"))
     return (NUMA_BALANCING, *sorted(str(k) for k in data["host_tuning_sysctls"]))
+
+
+@cache
+def gpufleet_keyrings() -> frozenset[str]:
+    """The keyring paths of the apt sources gpufleet writes without its prefix: the CUDA repository's
+    (``nvidia_repo_keyring`` in roles/nvidia_repo/defaults/main.yml, the one place it is set)."""
+    data: Any = yaml.safe_load(NVIDIA_REPO_DEFAULTS.read_text(encoding="utf-8"))
+    return frozenset({str(data["nvidia_repo_keyring"])})
 
 
 @cache
@@ -89,6 +105,9 @@ def reads() -> dict[str, Read]:
         "limits": Read(("grep", "-r", "-H", "-s", "", "/etc/security/limits.conf", "/etc/security/limits.d"), False,
                        "locked-memory limits"),
         "services": Read(("systemctl", "is-active", *SERVICES), False, "Slurm, kubelet, NVIDIA daemons"),
+        # Lines "path:line" of the drop-ins of NVIDIA's daemons (another tool's overrides).
+        "unit_dropins": Read(("grep", "-r", "-H", "-s", "--include=*.conf", "", *DROPIN_DIRS), False,
+                             "drop-ins of NVIDIA's daemons"),
     }
 
 

@@ -154,4 +154,7 @@ def _duration(s: float) -> str:
 
 
 def register(app: typer.Typer) -> None:
+    from gpufleet.cli.bench_storage import storage_command
+
     app.command("scale-model")(contract(scale_model_command))
+    app.command("storage")(contract(storage_command))

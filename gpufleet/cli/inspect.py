@@ -20,8 +20,9 @@ from gpufleet.parsers.nccl import parse_nccl_lines
 from gpufleet.parsers.smi_xml import parse_smi_xml
 from gpufleet.topology import parse_nvlink_status, parse_topo_m
 from gpufleet.validation.dcgm_diag import parse_dcgm_diag
-from gpufleet.validation.fio import FioGate, gate_fio, parse_fio
+from gpufleet.validation.fio import FioGate, FioResult, gate_fio, parse_fio
 from gpufleet.validation.health import check_dcgm_diag, check_smart
+from gpufleet.validation.mdtest import MdtestGate, gate_mdtest, parse_mdtest
 from gpufleet.validation.smart import parse_smart
 
 app = typer.Typer(help="Parse saved tool output offline.", no_args_is_help=True, add_completion=False)
@@ -210,14 +211,18 @@ def nvme_smart(file: FileArg, as_json: JsonOpt = False) -> None:
 @app.command("fio")
 @contract
 def fio(
-    file: FileArg, as_json: JsonOpt = False,
+    files: Annotated[list[Path], typer.Argument(
+        help="saved output; several files (one per node of a run on all nodes at once) are gated on their sum")],
+    as_json: JsonOpt = False,
     min_read_mbps: Annotated[float | None, typer.Option(help="Gate: summed read MB/s (10^6 B/s).")] = None,
     min_write_mbps: Annotated[float | None, typer.Option(help="Gate: summed write MB/s (10^6 B/s).")] = None,
     min_read_iops: Annotated[float | None, typer.Option(help="Gate: summed read IOPS.")] = None,
     min_write_iops: Annotated[float | None, typer.Option(help="Gate: summed write IOPS.")] = None,
 ) -> None:
     """Parse fio ``--output-format=json`` output (also ``json,normal``); with gates, exit 1 when one fails."""
-    result = _parsed(file, parse_fio)
+    parsed = [_parsed(f, parse_fio) for f in files]
+    result = FioResult(parsed[0].version, [j for r in parsed for j in r.jobs])
+    file = files[0]
     gates = []
     try:
         for direction, mbps, iops in (("read", min_read_mbps, min_read_iops), ("write", min_write_mbps,
@@ -244,5 +249,38 @@ def fio(
         console.print(table)
         for v in verdicts:
             console.print(f"gate {v.direction}: {v.status} ({v.reason})")
+    if any(v.status != "pass" for v in verdicts):
+        raise typer.Exit(1)
+
+
+@app.command("mdtest")
+@contract
+def mdtest(
+    file: FileArg, as_json: JsonOpt = False,
+    min_creates: Annotated[float | None, typer.Option(help="Gate: mean file creates per second.")] = None,
+    min_stats: Annotated[float | None, typer.Option(help="Gate: mean file stats per second.")] = None,
+) -> None:
+    """Parse mdtest's output (its SUMMARY rate table); with gates, exit 1 when one fails or has no data."""
+    result = _parsed(file, parse_mdtest)
+    try:
+        gates = [g for g in (None if min_creates is None else MdtestGate("creates", min_creates),
+                             None if min_stats is None else MdtestGate("stats", min_stats)) if g is not None]
+    except ValueError as e:
+        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
+                             kind="invalid option") from None
+    verdicts = [gate_mdtest(result, g) for g in gates]
+    if as_json:
+        print_json({**result.to_dict(), "gates": [v.to_json() for v in verdicts]})
+    else:
+        table = Table(title=f"mdtest {_show(result.version)}: {_show(result.tasks)} tasks on "
+                            f"{_show(result.nodes)} nodes, {result.iterations} iterations (ops/s)")
+        for col in ("operation", "max", "min", "mean", "std dev"):
+            table.add_column(col)
+        for r in result.rates:
+            table.add_row(r.operation, *(_show(v) for v in (r.max, r.min, r.mean, r.stddev)))
+        console = Console()
+        console.print(table)
+        for v in verdicts:
+            console.print(f"gate {v.metric}: {v.status} ({v.reason})")
     if any(v.status != "pass" for v in verdicts):
         raise typer.Exit(1)

@@ -27,6 +27,8 @@ _FILE_ACTIONS = frozenset({
     "managed_files",
     # The project's module (ansible/library): the kubelet unit's drop-in that adds --config-dir.
     "kubelet_config_dir",
+    # The project's module (ansible/library): other sources of a repository a role manages, to be replaced.
+    "apt_source_adopt",
 })
 _SERVICE_ACTIONS = frozenset({
     "ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service",
@@ -224,6 +226,18 @@ def managed_files_messages(task: TaskResult, res: Mapping[str, Any]) -> tuple[li
     return lines, text
 
 
+def adopt_messages(task: TaskResult, res: Mapping[str, Any]) -> list[str]:
+    """One line per other source of a managed repository the ``apt_source_adopt`` module would replace
+    (issue 28 point 4): apt refuses to read any source while it is there next to gpufleet's."""
+    lines = []
+    for r in res.get("replaced") or []:
+        if not isinstance(r, Mapping) or not r.get("path"):
+            continue
+        what = "lines of the repository" if r.get("kind") == "edit" else "another source of the repository"
+        lines.append(f"{r['path']}: {what} gpufleet manages; converge replaces it (kept as {r.get('copy')})")
+    return lines or [f"{task.task}: other sources of the repository would be replaced"]
+
+
 def service_message(task: TaskResult, res: Mapping[str, Any]) -> str:
     """``nvidia-persistenced: disabled, inactive; expected enabled, started``."""
     name = res.get("name") or task.task
@@ -370,6 +384,8 @@ def messages(task: TaskResult, raw: Mapping[str, Any] | None = None,
         return kind, hold_messages(task, res, state), ""
     if kind == "gpu_setting":
         return kind, gpu_messages(res.get("gpus")) or [f"{task.task}: GPU settings differ"], ""
+    if kind == "file" and isinstance(res.get("replaced"), list):
+        return kind, adopt_messages(task, res), ""
     if kind == "file" and isinstance(res.get("files"), list):
         lines, text = managed_files_messages(task, res)
         return kind, lines or [f"{task.task}: files differ"], text

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+# The grammar lives with the code the hosts run (the apt_source_adopt module reads sources with it); re-exported.
+from gpufleet.module_utils.apt_sources import Source as Source
+from gpufleet.module_utils.apt_sources import parse_sources as parse_sources
+
 Severity = Literal["security", "normal"]
 
 _SOURCE_DIRS = ("/etc/apt/sources.list.d/",)
@@ -32,16 +36,6 @@ _INSECURE = {"trusted": "apt accepts its packages unsigned", "allow-insecure": "
 _APT_CONFLICT = re.compile(r"Conflicting values set for option (?P<option>[A-Za-z-]+) regarding source (?P<uri>\S+) "
                            r"(?P<suite>\S*?): (?P<a>[^\n]*?) != (?P<b>[^\n]*?)\s*(?=,?\s*(?:E:|Error:|W:)|$)",
                            re.MULTILINE)
-_ONE_LINE = re.compile(r"^\s*(?P<type>deb(?:-src)?)\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)")
-
-
-@dataclass(frozen=True)
-class Source:
-    """One repository entry: where from, and the options that decide what apt trusts."""
-
-    uri: str
-    suite: str
-    options: Mapping[str, str]
 
 
 def is_source(path: str) -> bool:
@@ -50,36 +44,6 @@ def is_source(path: str) -> bool:
 
 def is_keyring(path: str) -> bool:
     return path.startswith(_KEYRING_DIRS) or PurePosixPath(path).suffix in (".gpg", ".asc", ".kbx")
-
-
-def parse_sources(text: str) -> list[Source]:
-    """One-line (``deb [opt=v] uri suite …``) and deb822 (``URIs:``/``Suites:``/``Signed-By:``) entries."""
-    out: list[Source] = []
-    stanza: dict[str, str] = {}
-
-    def flush() -> None:
-        if "uris" in stanza:
-            opts = {k: v for k, v in stanza.items() if k not in ("uris", "suites", "types", "components")}
-            for uri in stanza["uris"].split():
-                for suite in stanza.get("suites", "").split() or [""]:
-                    out.append(Source(uri, suite, opts))
-        stanza.clear()
-
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].rstrip()
-        if m := _ONE_LINE.match(line):
-            opts: dict[str, str] = {}
-            for o in (m.group("opts") or "").split():
-                key, _, value = o.partition("=")
-                opts[key.lower()] = value
-            out.append(Source(m.group("uri"), m.group("suite"), opts))
-        elif not line.strip():
-            flush()
-        elif ":" in line and not line[0].isspace():
-            key, _, value = line.partition(":")
-            stanza[key.strip().lower()] = value.strip()
-    flush()
-    return out
 
 
 @dataclass(frozen=True)
@@ -189,9 +153,25 @@ def munge_key_findings(action: str, res: Mapping[str, Any]) -> dict[str, list[st
     return {MUNGE_KEY: reasons or ["munge key differs from the cluster's"]}
 
 
+def adopt_findings(action: str, res: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{path: reasons} for the other sources of a managed repository that the ``apt_source_adopt`` module would
+    replace and that turn signature checks off (its ``replaced[].options``, read with the shared grammar)."""
+    out: dict[str, list[str]] = {}
+    if action.rsplit(".", 1)[-1] != "apt_source_adopt":
+        return out
+    for r in res.get("replaced") or []:
+        if not isinstance(r, Mapping) or not isinstance(r.get("options"), Mapping):
+            continue
+        reasons = [f"{opt}=yes on {r.get('uri') or 'the repository'}: {why}" for opt, why in _INSECURE.items()
+                   if _yes(str(r["options"].get(opt) or ""))]
+        if reasons:
+            out[str(r.get("path"))] = reasons
+    return out
+
+
 def task_findings(action: str, res: Mapping[str, Any], diffs: list[dict[str, Any]]) -> dict[str, list[str]]:
     """{path: reasons} for a changed task's files that weaken apt's or munge's trust."""
-    out: dict[str, list[str]] = munge_key_findings(action, res)
+    out: dict[str, list[str]] = munge_key_findings(action, res) or adopt_findings(action, res)
     if out:
         return out
     for path, before, after in task_files(action, res, diffs):

@@ -71,9 +71,10 @@ def namespace(name: str, level: str, *, enforce: bool = True) -> dict[str, Any]:
 
 
 def gpufleet_namespace_level(spec: ClusterSpec) -> str:
-    # The drift CronJob writes its metric into node_exporter's textfile directory (a hostPath volume, which
-    # baseline forbids); the node taint Jobs alone meet restricted.
-    return "privileged" if spec.drift is not None else "restricted"
+    # The drift CronJob writes its metric into node_exporter's textfile directory and the health watcher's
+    # node agent reads the kernel log (hostPath volumes, which baseline forbids, read-only or not); the node
+    # taint Jobs and the watcher's controller alone meet restricted.
+    return "privileged" if spec.drift is not None or spec.health_watch is not None else "restricted"
 
 
 def platform_namespaces(spec: ClusterSpec) -> list[dict[str, Any]]:
@@ -93,9 +94,13 @@ def platform_namespaces(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 def external_namespaces(spec: ClusterSpec) -> frozenset[str]:
     """Namespaces objects of ours live in that the program does not create (declared, never guessed)."""
+    out = EXTERNAL_NAMESPACES
     if spec.monitoring.mode == "existing":
-        return EXTERNAL_NAMESPACES | {charts.MONITORING_NAMESPACE}
-    return EXTERNAL_NAMESPACES
+        out |= {charts.MONITORING_NAMESPACE}
+    if spec.health_watch is not None:
+        # The health watcher's right to create Events about Nodes, which core/v1 keeps in "default".
+        out |= {"default"}
+    return out
 
 
 def lustre_namespace_patch() -> dict[str, Any]:

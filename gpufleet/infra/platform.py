@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.infra import charts, kueue, manifests, registered_nodes, values
+from gpufleet.infra import charts, health_watch, kueue, manifests, registered_nodes, values
 from gpufleet.infra.contract import BackendHandles
 from gpufleet.lock import Lock
 from gpufleet.monitoring.rules import render_prometheus_rule
@@ -44,6 +44,11 @@ _KINDS: dict[tuple[str, bool], Any] = {
     ("ClusterRole", False): k8s.rbac.v1.ClusterRole,
     ("ClusterRoleBinding", False): k8s.rbac.v1.ClusterRoleBinding,
     ("Job", False): k8s.batch.v1.Job,
+    ("Role", False): k8s.rbac.v1.Role,
+    ("RoleBinding", False): k8s.rbac.v1.RoleBinding,
+    ("Service", False): k8s.core.v1.Service,
+    ("Deployment", False): k8s.apps.v1.Deployment,
+    ("DaemonSet", False): k8s.apps.v1.DaemonSet,
     ("CronJob", False): k8s.batch.v1.CronJob,
 }
 
@@ -280,6 +285,22 @@ class DriftCheck(_Component):
         self.register_outputs({})
 
 
+class HealthWatch(_Component):
+    """The health watcher: node agent DaemonSets per GPU pool and the controller that taints with the rate
+    limit (gpufleet/infra/health_watch.py), when the stack sets gpufleet:healthWatch. Its ServiceMonitor
+    needs the Prometheus Operator CRDs (monitoring.crds)."""
+
+    def __init__(self, name: str, spec: ClusterSpec, provider: k8s.Provider, namespaces: Namespaces,
+                 monitoring: Monitoring, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("HealthWatch", name, provider, opts)
+        done: list[pulumi.Resource] = list(namespaces.namespaces)
+        for obj in health_watch.health_watch_objects(spec, values.monitor_labels(spec)):
+            deps = [*done, *monitoring.crds] if obj["kind"] == "ServiceMonitor" else done
+            # In order: identities and their grants before the pods that use them.
+            done = [*done, apply(obj, self.child(deps))]
+        self.register_outputs({})
+
+
 class Platform(pulumi.ComponentResource):
     """Everything a GPU cluster needs on top of Kubernetes, whichever backend made it."""
 
@@ -307,4 +328,6 @@ class Platform(pulumi.ComponentResource):
                       if spec.gpu_pools else None)
         self.drift = (DriftCheck("drift", spec, provider, self.namespaces, mine)
                       if spec.drift is not None else None)
+        self.health_watch = (HealthWatch("health-watch", spec, provider, self.namespaces, self.monitoring, mine)
+                             if spec.health_watch is not None and spec.gpu_pools else None)
         self.register_outputs({})

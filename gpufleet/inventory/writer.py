@@ -75,8 +75,9 @@ def cluster_vars(spec: ClusterSpec) -> dict[str, Any]:
             "datasets": {"mount_path": lustre.datasets.mount_path, "subdir": lustre.datasets.subdir},
             "checkpoints": {"mount_path": lustre.checkpoints.mount_path, "subdir": lustre.checkpoints.subdir},
         },
+        # What the local_scratch role reads; drive_class and bench_gates are for gpufleet bench storage only.
         "gpufleet_local_nvme": (None if spec.storage.local_nvme is None
-                                else spec.storage.local_nvme.model_dump()),
+                                else spec.storage.local_nvme.model_dump(include={"mount_path", "raid0", "devices"})),
     }
 
 

@@ -119,6 +119,24 @@ def render_rule_groups() -> dict[str, Any]:
               "review", "{{ $value }} unhealthy node(s) of pool {{ $labels.pool }} held back by the rate limit",
               "gpufleet validate --apply found more unhealthy nodes in pool {{ $labels.pool }} than its rate "
               "limit lets it act on; look for a fleet-wide cause before raising --max-share."),
+        # A taint or drain is a stop-gap: a day later the node needs its repair (reset, reboot, RMA) or the
+        # finding needs a look; "keep" is a node healthy again but not yet for the whole streak.
+        _rule("GpufleetHealthActionLong",
+              'max by (host, pool, action) (gpufleet_health_actions{decision=~"apply|unchanged|keep"}) > 0',
+              "24h", "warning", "review", "{{ $labels.host }} tainted/drained for {{ $labels.action }} over a day",
+              "{{ $labels.host }} (pool {{ $labels.pool }}) has carried gpufleet's {{ $labels.action }} action for "
+              "24 hours: repair the node, or clear it with gpufleet validate --apply --clear."),
+        # The watcher (gpufleet.validation.watcher) writes these: a node without a report is never judged.
+        _rule("GpufleetHealthReportsMissing",
+              'max by (pool) (gpufleet_health_watch_reports{state="missing"}) > 0', "30m", "warning", "review",
+              "{{ $value }} GPU node(s) of pool {{ $labels.pool }} not reporting to the health watcher",
+              "The health watcher's agent on {{ $value }} node(s) of pool {{ $labels.pool }} did not answer for "
+              "30 minutes: those nodes are neither checked nor cleared (kubectl -n gpufleet get pods)."),
+        _rule("GpufleetHealthWatcherStalled",
+              "time() - max(gpufleet_health_watch_last_cycle_timestamp_seconds) > 3600", "10m", "warning",
+              "review", "the gpufleet health watcher has not finished a cycle for over an hour",
+              "No GPU node was checked or acted on for an hour: see the gpufleet-health-controller pod's log "
+              "(kubectl -n gpufleet logs deploy/gpufleet-health-controller)."),
     ]
     return {
         "groups": [

@@ -64,6 +64,9 @@ class HostState:
     applied: str | None = None
     #: Consecutive healthy checks since the last unhealthy one.
     streak: int = 0
+    #: The node's pool when the action was applied: a node acted on that is not checked this time (down for
+    #: the reboot it was tainted for, outside ``--limit``) still counts against its pool's rate limit.
+    pool: str | None = None
 
 
 @dataclass
@@ -75,7 +78,7 @@ class ActionState:
         if not path.exists():
             return cls()
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return cls({h: HostState(applied=v.get("applied"), streak=int(v.get("streak", 0)))
+        return cls({h: HostState(applied=v.get("applied"), streak=int(v.get("streak", 0)), pool=v.get("pool"))
                     for h, v in (raw.get("hosts") or {}).items()})
 
     def save(self, path: Path) -> None:
@@ -116,10 +119,9 @@ class ActionPlan:
 
 
 def _taint_text(action: NodeAction) -> str | None:
-    from gpufleet.validation.health import taint_for
+    from gpufleet.validation.health import taint_text
 
-    t = taint_for(action)
-    return None if t is None else f"{t.key}={t.value}:{t.effect}"
+    return taint_text(action)
 
 
 def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Mapping[str | None, int],
@@ -136,18 +138,21 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
         budget = policy.budget(size)
         budgets[pool or "-"] = budget
         # Nodes of the pool already carrying an action (and still unhealthy or not yet cleared) use the budget.
-        sick = {n.host for n in members if n.taint is not None}
+        sick = {n.host for n in members if n.taint_text is not None}
         in_use = sum(1 for n in members if state.hosts.get(n.host, HostState()).applied is not None
                      and (n.host in sick or not (clear or state.hosts[n.host].streak + 1 >= policy.healthy_streak)))
+        # Acted on, not checked now: it keeps its action (nothing proves it healthy), so it keeps its share.
+        checked = {n.host for n in members}
+        in_use += sum(1 for h, s in state.hosts.items()
+                      if h not in checked and s.applied is not None and s.pool == pool)
         order = sorted(members, key=lambda n: (ACTION_ORDER.index(n.action) if n.action else len(ACTION_ORDER),
                                                n.host))
         for n in order:
             hs = state.hosts.setdefault(n.host, HostState())
-            taint = n.taint
-            if taint is not None:
+            text = n.taint_text
+            if text is not None:
                 hs.streak = 0
-                action = taint.value
-                text = f"{taint.key}={taint.value}:{taint.effect}"
+                action = text.rpartition(":")[0].partition("=")[2]
                 if hs.applied == action:
                     items.append(PlannedAction(n.host, pool, "unchanged", action, text, n.drain_reason,
                                                "already applied"))
@@ -161,6 +166,7 @@ def plan_actions(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Ma
                 if hs.applied is None:
                     in_use += 1
                 hs.applied = action
+                hs.pool = pool
                 items.append(PlannedAction(n.host, pool, "apply", action, text, n.drain_reason,
                                            "; ".join(f.check for f in n.findings if f.severity == "critical")))
                 continue
@@ -358,10 +364,10 @@ def executor_for(target: Target, markers: Path) -> Executor:
     return MarkerExecutor(markers)
 
 
-def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
-                execute: Executor, policy: ActionPolicy, clear: bool = False) -> dict[str, Any]:
-    """Plan, apply, save the state and write the metrics next to it; the JSON ``gpufleet validate`` reports."""
-    state = ActionState.load(state_path)
+def act(nodes: Sequence[NodeHealth], state: ActionState, pool_sizes: Mapping[str | None, int],
+        execute: Executor, policy: ActionPolicy, clear: bool = False) -> tuple[ActionPlan, list[AppliedAction]]:
+    """Plan and apply, updating ``state``: the one path of ``gpufleet validate --apply`` and the watcher
+    (:mod:`gpufleet.validation.watcher`)."""
     plan = plan_actions(nodes, state, pool_sizes, policy, clear)
     applied = apply_plan(plan, execute)
     # A failed application is not recorded as applied: the next run tries again.
@@ -369,8 +375,21 @@ def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int
         if a.error is not None:
             hs = state.hosts[a.item.host]
             hs.applied = None if a.item.decision == "apply" else a.item.action
+    return plan, applied
+
+
+def run_actions(nodes: Sequence[NodeHealth], pool_sizes: Mapping[str | None, int], state_path: Path,
+                execute: Executor, policy: ActionPolicy, clear: bool = False,
+                metrics: Path | None = None) -> dict[str, Any]:
+    """Plan, apply, save the state and write the metrics (default: next to the state); the JSON
+    ``gpufleet validate`` reports."""
+    state = ActionState.load(state_path)
+    plan, applied = act(nodes, state, pool_sizes, execute, policy, clear)
     state.save(state_path)
-    metrics = state_path.with_name("gpufleet_health_actions.prom")
-    metrics.write_text(metrics_text(plan, applied), encoding="utf-8")
+    metrics = metrics or state_path.with_name("gpufleet_health_actions.prom")
+    # Written whole, then renamed: node_exporter's textfile collector never reads half a file.
+    tmp = metrics.with_suffix(".prom.tmp")
+    tmp.write_text(metrics_text(plan, applied), encoding="utf-8")
+    tmp.replace(metrics)
     return {**plan.to_json(), "applied": [a.to_json() for a in applied], "state": str(state_path),
             "metrics": str(metrics), "policy": asdict(policy)}

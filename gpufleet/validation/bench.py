@@ -65,7 +65,9 @@ def _size_arg(n: int) -> str:
     return f"{n // GIB}G" if n % GIB == 0 else str(n)
 
 
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
+    """The one Jinja environment of the benchmark job templates (nccl-tests here, storage in
+    gpufleet.validation.storage): strict undefined, no autoescape, ``word`` and ``shell_quote`` filters."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              autoescape=False)  # shell and YAML, not HTML
@@ -141,7 +143,7 @@ class BenchSettings:
 
 
 def render_sbatch(job: BenchJob, s: BenchSettings) -> str:
-    return _env().get_template("nccl-tests.sbatch.j2").render(
+    return template_env().get_template("nccl-tests.sbatch.j2").render(
         job_name=job.name, scope=job.scope, nodes=list(job.nodes), gpus_per_node=s.gpus_per_node,
         gpus_directive=s.gpus_directive, time_limit=s.time_limit, output_dir=s.output_dir, partition=s.partition,
         env=dict(sorted(s.env.items())), collectives=list(s.collectives), mpi=s.mpi,
@@ -159,7 +161,7 @@ def _loop(s: BenchSettings, mpirun: str) -> str:
 
 def render_k8s(job: BenchJob, s: BenchSettings) -> dict[str, Any]:
     """A ``batch/v1`` Job (single node) or a kubeflow ``MPIJob`` v2beta1 (several nodes), as a dict."""
-    env = _env()
+    env = template_env()
     common = {"name": job.name, "namespace": s.namespace, "image": s.image, "gpus_per_node": s.gpus_per_node,
               "tolerations": list(s.tolerations), "job_labels": s.job_labels, "pod_annotations": s.pod_annotations}
     if job.scope == "single-node":

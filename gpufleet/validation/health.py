@@ -97,12 +97,21 @@ ACTION_ORDER = (NodeAction.ISOLATE, NodeAction.REBOOT, NodeAction.RESET_GPU, Nod
 SEVERITY_ORDER: tuple[Severity, ...] = ("critical", "warning", "info")
 
 
+def taint_text(action: NodeAction) -> str | None:
+    """``gpufleet.io/gpu-unhealthy=<action>:<effect>`` for ``action``, None where the node keeps taking work;
+    without pydantic (the node-side programs plan with it): :func:`taint_for` is the same as a spec Taint."""
+    effect = "NoSchedule" if action is NodeAction.REMEDIATE else xid.taint_effect(xid.Action(action.value))
+    return None if effect is None else f"{HEALTH_TAINT_KEY}={action.value}:{effect}"
+
+
 def taint_for(action: NodeAction) -> Taint | None:
     """Kubernetes taint for ``action``: the Xid catalog's, and NoSchedule for remediate."""
     from gpufleet.spec import Taint
-    if action is NodeAction.REMEDIATE:
-        return Taint(key=HEALTH_TAINT_KEY, value=action.value, effect="NoSchedule")
-    return xid.taint_for(xid.Action(action.value))
+    text = taint_text(action)
+    if text is None:
+        return None
+    head, _, effect = text.rpartition(":")
+    return Taint(key=HEALTH_TAINT_KEY, value=head.partition("=")[2], effect=effect)
 
 
 def drain_reason(action: NodeAction, check: str, gpu: str | None = None, code: int | None = None) -> str | None:
@@ -269,6 +278,13 @@ class NodeHealth:
         acts = {f.action for f in crit}
         worst = next((a for a in ACTION_ORDER if a in acts), None)
         return taint_for(worst) if worst is not None else None
+
+    @property
+    def taint_text(self) -> str | None:
+        """:attr:`taint` as ``key=value:effect``, without pydantic."""
+        crit = {f.action for f in self.findings if f.severity == "critical"}
+        worst = next((a for a in ACTION_ORDER if a in crit), None)
+        return taint_text(worst) if worst is not None else None
 
     @property
     def drain_reason(self) -> str | None:

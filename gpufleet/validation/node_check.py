@@ -16,6 +16,12 @@ Modes:
              and requeues the job (slurm.conf.html, Prolog: "If the Prolog fails ... DRAIN state").
 ``epilog``   Epilog: exit 1 when a process still holds a GPU device (/dev/nvidia<N>) after the job, so Slurm
              drains the node instead of starting the next job on a GPU that is still in use.
+``watch``    Plain hosts (no scheduler; the ``node_validation`` role's systemd timer): the same checks, then
+             ``actions.run_actions`` with the marker executor on this one node: a critical finding writes
+             ``<markers>/<host>.json`` (what ``gpufleet validate --apply-to marker`` writes), removed after
+             ``--healthy-streak`` healthy checks in a row; ``gpufleet_health_actions.prom`` goes to node
+             exporter's textfile directory, so the same alerts fire. Nothing is taken out of service (there is
+             no scheduler to drain), so no pool rate limit applies here.
 """
 
 from __future__ import annotations
@@ -112,9 +118,23 @@ def gpu_holders(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
     return sorted(set(out))
 
 
+def watch(health: NodeHealth, ns: argparse.Namespace) -> int:
+    """Plain hosts: the marker and the metrics through gpufleet validate --apply's own code (``actions``).
+    Imported here, not above: Slurm's programs never load it (roles/slurm installs only what they import)."""
+    from gpufleet.validation.actions import ActionPolicy, MarkerExecutor, run_actions
+
+    state = Path(ns.state_dir)
+    result = run_actions([health], {None: 1}, state / "state.json", MarkerExecutor(state / "markers"),
+                         ActionPolicy(max_share=1.0, healthy_streak=ns.healthy_streak),
+                         metrics=Path(ns.textfile_dir) / "gpufleet_health_actions.prom")
+    for item in result["items"]:
+        print(f"gpufleet: {item['host']}: {item['decision']} {item['action'] or ''} ({item['why']})".rstrip())
+    return 0
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpufleet-slurm-health", description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["health", "prolog", "epilog"])
+    p.add_argument("mode", choices=["health", "prolog", "epilog", "watch"])
     p.add_argument("--gpus", type=int, default=None, help="GPUs this node must show (slurm.conf's Gres=gpu:N)")
     p.add_argument("--persistence", choices=["on", "off"], default=None)
     p.add_argument("--nvswitch", action="store_true", help="an NVSwitch board: fabric manager must be active")
@@ -125,6 +145,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kernel-log-file", default="")
     p.add_argument("--kernel-log-since-s", type=int, default=600)
     p.add_argument("--no-drain", action="store_true", help="health: print the finding, do not drain")
+    p.add_argument("--state-dir", default="/var/lib/gpufleet/health", help="watch: state and markers")
+    p.add_argument("--textfile-dir", default="/var/lib/node_exporter/textfile_collector",
+                   help="watch: node exporter's textfile directory (gpufleet_health_actions.prom)")
+    p.add_argument("--healthy-streak", type=int, default=3, help="watch: healthy checks before the marker goes")
     ns = p.parse_args(argv)
     ns.persistence = None if ns.persistence is None else ns.persistence == "on"
     return ns
@@ -141,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpufleet: pid {pid} still holds {dev} after the job", file=sys.stderr)
         return 1 if holders else 0
     health = evaluate_node(collect(ns), expectations(ns))
+    if ns.mode == "watch":
+        return watch(health, ns)
     reason = finding_text(health)
     if reason is None:
         return 0

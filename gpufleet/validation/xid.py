@@ -176,16 +176,23 @@ def codes_for(action: Action) -> list[int]:
     return sorted(e.code for e in _ENTRIES if e.action is action)
 
 
+def taint_effect(action: Action) -> str | None:
+    """Effect of the health taint for ``action``; None where the node keeps taking work (no pydantic needed:
+    the node-side programs plan with it)."""
+    if action in (Action.ISOLATE, Action.REBOOT):
+        # The GPU is gone or untrustworthy: evict running pods too.
+        return "NoExecute"
+    if action is Action.RESET_GPU:
+        # A reset needs the GPU idle: stop new pods, let the operator drain the running ones.
+        return "NoSchedule"
+    return None
+
+
 def taint_for(action: Action) -> Taint | None:
     """Kubernetes taint a node gets for ``action``; None where the node keeps taking work."""
     from gpufleet.spec import Taint
-    if action in (Action.ISOLATE, Action.REBOOT):
-        # The GPU is gone or untrustworthy: evict running pods too.
-        return Taint(key=HEALTH_TAINT_KEY, value=action.value, effect="NoExecute")
-    if action is Action.RESET_GPU:
-        # A reset needs the GPU idle: stop new pods, let the operator drain the running ones.
-        return Taint(key=HEALTH_TAINT_KEY, value=action.value, effect="NoSchedule")
-    return None
+    effect = taint_effect(action)
+    return None if effect is None else Taint(key=HEALTH_TAINT_KEY, value=action.value, effect=effect)
 
 
 def drain_reason(action: Action, code: int | None = None, pci_bus_id: str | None = None) -> str | None:

@@ -18,9 +18,17 @@ A record refuses any run that is not a whole, unfiltered run of its role (``part
 (the scopes probed so far travel in every result as ``probed``).
 
 A probe whose previous result on this host (this run) said converged reuses that reading instead of running the
-module: every role since was skipped, so nothing on the host has changed. Any other previous result (a record, a
-probe that did not hold, none) runs the module. A record after such a probe writes nothing when the stamp already
-holds the scope for that reading, and runs no module either.
+module: every role since was skipped, so nothing on the host has changed. A probe whose previous result read the
+stamp this run, and found no entry for the probe's scopes with this run's inputs, answers "not converged" without
+a module run (``unrecorded``): the stamp changes only through a record, whose result carries the stamp it wrote,
+and no state can make an entry with other inputs hold. Any other previous result runs the module. A record after
+a converged probe writes nothing when the stamp already holds the scope for that reading, and runs no module
+either.
+
+Under ``ansible/site.yml`` (``defer: true``, set by its imports) a role's record is left to the site record that
+the last play writes for every host that came through every play: one stamp write per host and run instead of
+one per role. A run whose site record would be refused (``partial_run``: ``--limit``, ``--start-at-task``,
+``--step``) keeps the per-role records, so what such a run proves is still recorded.
 """
 
 from __future__ import annotations
@@ -220,6 +228,21 @@ def already_recorded(previous: Mapping[str, Any], scopes: list[str], inputs: str
     return held
 
 
+def unrecorded(previous: Mapping[str, Any], scopes: list[str], inputs: str) -> dict[str, Any] | None:
+    """The probe's answer without a module run when the stamp read this run has no entry for ``scopes`` with this
+    run's inputs ("not converged" whatever the state); None when it may hold, or no stamp was read this run."""
+    recorded = previous.get("recorded")
+    if previous.get("failed") or not isinstance(recorded, Mapping):
+        return None
+    names = sorted(recorded) if "*" in scopes else scopes
+    if any(isinstance(recorded.get(s), Mapping) and recorded[s].get("inputs") == inputs for s in names):
+        return None
+    return {"changed": False, "converged": False, "recorded": dict(recorded), "sections": {}, "blockers": [],
+            "reread": False,
+            "reason": "no record of a converge for " + ", ".join(scopes) + " with this run's inputs (stamp read "
+                      "earlier this run)"}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -230,6 +253,7 @@ class ActionModule(ActionBase):
         previous = args.pop("previous", None) or {}
         exclude = list(args.pop("inputs_exclude", None) or [])
         probe = boolean(args.pop("probe", True), strict=False)
+        defer = boolean(args.pop("defer", False), strict=False)
         scopes = list(args.get("scopes") or [])
         # Which call and for which scopes, in the result: the break-and-restore callback reads the probes' answers.
         result.update(footprint_state=args.get("state", "probe"), scopes=scopes)
@@ -253,7 +277,7 @@ class ActionModule(ActionBase):
                 result.update(changed=False, converged=False, reason="probe off (host_footprint_probe)",
                               reread=False, **carried)
                 return result
-            reused = reuse(previous, scopes, inputs, cluster, counts)
+            reused = reuse(previous, scopes, inputs, cluster, counts) or unrecorded(previous, scopes, inputs)
             if reused is not None:
                 result.update(reused, **carried)
                 return result
@@ -265,6 +289,15 @@ class ActionModule(ActionBase):
                 return result
             if (held := already_recorded(previous, scopes[:1], inputs, cluster)) is not None:
                 result.update(held, **carried)
+                return result
+            if defer and not partial_run(ansible.context.CLIARGS, "site", True, previous):
+                # No reading: the role may have changed the host. The stamp read earlier this run is still the
+                # stamp (nothing was written), so later probes keep answering from it.
+                kept = previous.get("recorded")
+                result.update(changed=False, converged=False, reread=False,
+                              reason=f"left to the site record ({scopes[0] if scopes else 'site'})", **carried)
+                if isinstance(kept, Mapping) and not previous.get("failed"):
+                    result["recorded"] = dict(kept)
                 return result
         args["inputs"] = inputs
         args["cluster"] = cluster

@@ -1,0 +1,1 @@
+../../gpufleet/module_utils/apt_sources.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/infra/__init__.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/infra/node_taints.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/module_utils/__init__.py

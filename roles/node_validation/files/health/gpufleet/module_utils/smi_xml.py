@@ -1,0 +1,1 @@
+../../../../../../gpufleet/module_utils/smi_xml.py

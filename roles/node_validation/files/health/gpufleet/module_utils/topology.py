@@ -1,0 +1,1 @@
+../../../../../../gpufleet/module_utils/topology.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/parsers/__init__.py

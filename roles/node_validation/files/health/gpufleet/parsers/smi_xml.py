@@ -1,0 +1,1 @@
+../../../../../../gpufleet/parsers/smi_xml.py

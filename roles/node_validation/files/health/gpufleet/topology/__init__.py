@@ -1,0 +1,1 @@
+../../../../../../gpufleet/topology/__init__.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/validation/__init__.py

@@ -1,0 +1,1 @@
+../../../../../../gpufleet/validation/dcgm_diag.py

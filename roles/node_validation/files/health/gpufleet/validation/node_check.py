@@ -1,0 +1,1 @@
+../../../../../../gpufleet/validation/node_check.py
