@@ -23,19 +23,18 @@ CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the module writes the drop-in as root:root")
 
 
+#: The kubeadm packages' kubelet layout, one copy: molecule host_tuning installs the same files on its kubeadm node.
+KUBELET_FIXTURES = Path(__file__).resolve().parents[1] / "molecule" / "host_tuning" / "kubelet"
+
+
 def kubeadm_dropin(tree: Path) -> str:
     """kubeadm's 10-kubeadm.conf as the kubelet deb ships it (kubernetes/release, cmd/krel/templates/latest/
     kubeadm/10-kubeadm.conf), with its EnvironmentFile= paths inside the scratch tree."""
-    return (
-        "# Note: This dropin only works with kubeadm and kubelet v1.11+\n[Service]\n"
-        'Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf '
-        '--kubeconfig=/etc/kubernetes/kubelet.conf"\n'
-        'Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"\n'
-        f"EnvironmentFile=-{tree}/var/lib/kubelet/kubeadm-flags.env\n"
-        f"EnvironmentFile=-{tree}/etc/default/kubelet\n"
-        "ExecStart=\n"
-        "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS "
-        "$KUBELET_EXTRA_ARGS\n")
+    text = (KUBELET_FIXTURES / "10-kubeadm.conf").read_text()
+    for env_file in ("/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet"):
+        assert f"EnvironmentFile=-{env_file}\n" in text
+        text = text.replace(f"EnvironmentFile=-{env_file}\n", f"EnvironmentFile=-{tree}{env_file}\n")
+    return text
 
 
 UNIT = "[Unit]\nDescription=kubelet\n[Service]\nExecStart=/usr/bin/kubelet\nRestart=always\n"
@@ -164,6 +163,20 @@ def test_role_ensures_the_flag_before_it_writes_the_drop_in() -> None:
                for h in handlers)
     writes = [i for i, t in enumerate(tasks) if "managed_files" in t]
     assert writes and writes[0] > 0
+
+
+def test_role_refuses_a_kubelet_before_it_changes_anything() -> None:
+    """roles/host_tuning/tasks/main.yml: the kubelet tasks come right after the preflight, before the first task
+    that changes the host, so a refused kubelet (another layout) leaves the host as found (molecule host_tuning's
+    side_effect.yml checks it on a node)."""
+    import yaml
+
+    tasks = yaml.safe_load((MODULE.parents[2] / "roles/host_tuning/tasks/main.yml").read_text())
+    imports = [t.get("ansible.builtin.import_tasks") for t in tasks]
+    assert imports.index("kubelet.yml") == imports.index("preflight.yml") + 1
+    # Before it: the footprint probe, its end, the preflight; nothing that writes.
+    before = {k for t in tasks[:imports.index("kubelet.yml")] for k in t if k.startswith("ansible.builtin.")}
+    assert before == {"ansible.builtin.import_role", "ansible.builtin.meta", "ansible.builtin.import_tasks"}
 
 
 def test_unbalanced_quotes_fail_with_a_message(tree: dict[str, Path]) -> None:

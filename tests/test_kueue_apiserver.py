@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -204,3 +205,92 @@ def test_label_patches_of_absent_nodes_create_nothing(api: Api, tmp_path: Path) 
     assert created["metadata"]["name"] == "gpu-a-1"
     assert "nvidia.com/gpu" not in [t["key"] for t in created["spec"].get("taints", [])]
     api.delete(created)
+
+
+def _workload_objects(api: Api) -> tuple[ClusterSpec, dict[str, int]]:
+    """The on-prem stack's namespaces and Kueue objects on the server (the doc example and bench jobs are its)."""
+    spec, _ = _stack("onprem-h100")
+    for obj in [*manifests.platform_namespaces(spec), *kueue.kueue_objects(spec)]:
+        api.apply(obj)
+    return spec, {w["metadata"]["name"]: w["value"] for w in kueue.workload_priority_classes()}
+
+
+def _resolve_level(api: Api, workload: dict[str, Any], level: str) -> list[str]:
+    """Follow the stored objects from the Workload's queue to the Topology of each flavor that offers GPUs, and
+    return the flavors whose Topology has ``level``."""
+    ns = workload["metadata"]["namespace"]
+    lq = api.get({"apiVersion": kueue.API, "kind": "LocalQueue",
+                  "metadata": {"name": workload["spec"]["queueName"], "namespace": ns}})
+    cq = api.get({"apiVersion": kueue.API, "kind": "ClusterQueue", "metadata": {"name": lq["spec"]["clusterQueue"]}})
+    assert ns in cq["spec"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    found = []
+    for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+        rf = api.get({"apiVersion": kueue.API, "kind": "ResourceFlavor", "metadata": {"name": flavor["name"]}})
+        topo = api.get({"apiVersion": kueue.API, "kind": "Topology", "metadata": {"name": rf["spec"]["topologyName"]}})
+        if level in [lv["nodeLabel"] for lv in topo["spec"]["levels"]]:
+            found.append(flavor["name"])
+    return found
+
+
+def test_doc_training_job_and_its_workload_are_accepted(api: Api) -> None:
+    """Issue 30 point 4: docs/scheduling.md's training Job is accepted by the API server (dry run, strict), and the
+    Workload Kueue builds from it (tests/kueue_workload.py) is stored under the pinned Workload CRD, CEL rules
+    evaluated, with its pod set's topology request; its queue resolves through the stored LocalQueue and
+    ClusterQueue to flavors whose Topology has the requested level. Kueue's controller does not run here: that it
+    creates this Workload, admits it and places the pods is not proven (docs/scheduling.md)."""
+    from tests.kueue_workload import JOB_INDEX_LABEL, workload_of
+    from tests.test_kueue_jobs import doc_training_job
+
+    spec, prio = _workload_objects(api)
+    job = doc_training_job()
+    try:
+        stored_job = api.dry_run_create(job)
+        assert stored_job["spec"]["suspend"] is True
+        assert stored_job["metadata"]["labels"][kueue.QUEUE_LABEL] == kueue.LOCAL_QUEUE
+        workload = workload_of(job, prio)
+        stored = api.apply(workload)["spec"]
+        level = job["spec"]["template"]["metadata"]["annotations"][kueue.PREFERRED_TOPOLOGY]
+        assert stored["podSets"][0]["topologyRequest"] == {"preferred": level, "podIndexLabel": JOB_INDEX_LABEL}
+        assert stored["podSets"][0]["count"] == 2 and stored["priority"] == prio["gpufleet-training"]
+        assert _resolve_level(api, workload, level) == [p.name for p in spec.gpu_pools]
+        # The CRD's CEL rules run on it: a priority class without its value, a minCount above the count.
+        bad = json.loads(json.dumps(workload))
+        bad["metadata"]["name"] += "-cel"
+        del bad["spec"]["priority"]
+        with pytest.raises(ApiError) as e:
+            api.apply(bad)
+        assert "priority should not be nil when priorityClassRef is set" in e.value.body["message"]
+        bad["spec"]["priority"] = 1
+        bad["spec"]["podSets"][0]["minCount"] = 3
+        with pytest.raises(ApiError) as e:
+            api.apply(bad)
+        assert "minCount should be positive and less or equal to count" in e.value.body["message"]
+    finally:
+        for lq in kueue.local_queues(spec):
+            api.delete(lq)
+
+
+def test_bench_pair_workload_is_accepted_with_the_workers_topology_request(api: Api, tmp_path: Path) -> None:
+    """The nccl-tests pair job (MPIJob) of the on-prem stack: its Workload (launcher and worker pod sets) is stored,
+    the workers' topology request at the leaf switch, the queue resolving to flavors whose Topology has it. The
+    MPIJob itself is not applied: no MPIJob CRD is pinned here."""
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.validate import app
+    from tests.kueue_workload import MPI_INDEX_LABEL, workload_of
+
+    spec, prio = _workload_objects(api)
+    try:
+        r = CliRunner().invoke(app, ["bench-render", "--stack", "onprem-h100", "--out", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        pair = yaml.safe_load((tmp_path / "kubernetes" / "nccl-pair-gpu-a-0-gpu-a-1.yaml").read_text())
+        workload = workload_of(pair, prio)
+        stored = {ps["name"]: ps for ps in api.apply(workload)["spec"]["podSets"]}
+        level = kueue.placement_level(spec, spec.gpu_pools[0])[1]
+        assert stored["worker"]["count"] == 2
+        assert stored["worker"]["topologyRequest"] == {"preferred": level, "podIndexLabel": MPI_INDEX_LABEL}
+        assert "topologyRequest" not in stored["launcher"]
+        assert _resolve_level(api, workload, level) == [p.name for p in spec.gpu_pools]
+    finally:
+        for lq in kueue.local_queues(spec):
+            api.delete(lq)
