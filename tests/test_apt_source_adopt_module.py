@@ -205,3 +205,17 @@ def test_the_run_s_summary_names_each_replaced_file_and_its_copy(tmp_path: Path)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     for rel in planted:
         assert f"{tmp_path / rel} (kept as {tmp_path / rel}.gpufleet-replaced)" in text
+
+
+def test_the_cuda_keyring_layout_is_the_one_the_audits_foreign_kind_makes() -> None:
+    """Two fixtures plant NVIDIA's cuda-keyring layout: this file's entry (nvidia_repo's adoption scenario) and
+    molecule/shared/foreign_kinds.yml's kind (a) (the audit scenario). Until one reads the other they must not drift
+    apart: the same source file, the same keyring, the same source line but for the repository's URI."""
+    kind = yaml.safe_load((Path(__file__).resolve().parents[1] / "molecule" / "shared" / "foreign_kinds.yml")
+                          .read_text())["cuda_keyring"]
+    ours = {e["kind"]: e for e in foreign()}["cuda_keyring"]
+    (source,) = kind["sources"]
+    (keyring,) = kind["keyrings"]
+    assert source["path"] == ours["path"] and keyring["dest"] == ours["keyring"]
+    uri = source["content"].split("] ", 1)[1].split(" ", 1)[0].rstrip("/")
+    assert source["content"] == ours["content"].replace("@URI@", uri)
