@@ -94,11 +94,22 @@ def test_the_password_is_in_no_other_file_or_log(host):
 def _ansible_playbook(*args: str) -> subprocess.CompletedProcess[str]:
     """ansible-playbook over molecule's inventory and configuration (the verifier's environment is molecule's)."""
     scenario = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
+    project = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
     inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
     exe = str(Path(sys.executable).parent / "ansible-playbook")
+    env = dict(os.environ)
+    # What molecule/shared/base.yml gives molecule's own runs, where the verifier's environment lacks it.
+    for key, value in (("ANSIBLE_ROLES_PATH", project / "roles"),
+                       ("ANSIBLE_COLLECTIONS_PATH", project / ".collections"),
+                       ("ANSIBLE_LIBRARY", project / "ansible/library"),
+                       ("ANSIBLE_MODULE_UTILS", project / "ansible/module_utils"),
+                       ("ANSIBLE_FILTER_PLUGINS", project / "ansible/filter_plugins"),
+                       ("ANSIBLE_CONFIG", Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "ansible.cfg")):
+        env.setdefault(key, str(value))
+    env["ANSIBLE_FORCE_COLOR"] = "0"
     return subprocess.run([exe, "-v", "--diff", "--inventory", inventory, "-e", '{"host_footprint_probe": false}',
                            *args, str(scenario / "converge.yml")],
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
 
 
 def test_the_password_never_reaches_ansible_output(host):
