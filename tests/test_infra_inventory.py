@@ -43,6 +43,8 @@ def test_onprem_inventory(tmp_path: Path) -> None:
         "power_limit": "700",
         "fabric": "infiniband",
         "host_management": "ansible",
+        # From the catalog (HGX H100 SXM5: NVSwitch board): roles/slurm's health check requires fabric manager.
+        "nvswitch": True,
     }
     assert cluster["gpufleet_lustre"]["checkpoints"] == {
         "mount_path": "/lustre/checkpoints",

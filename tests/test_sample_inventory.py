@@ -29,7 +29,9 @@ def _spec_of(files: dict[str, Any]) -> tuple[ClusterSpec, dict[str, list[Host]]]
     groups = files["hosts.yml"]["all"]["children"]
     hosts = {name: [Host(name=h, address=hv["ansible_host"]) for h, hv in groups[f"pool_{name}"]["hosts"].items()]
              for name in cluster["gpufleet_pools"]}
-    pools = [{"name": name, **{k: v for k, v in pool.items() if v is not None}, "count": len(hosts[name])}
+    # nvswitch is derived (the catalog's, for the pool's GPU), not a stack field.
+    pools = [{"name": name, **{k: v for k, v in pool.items() if v is not None and k != "nvswitch"},
+              "count": len(hosts[name])}
              for name, pool in cluster["gpufleet_pools"].items()]
     spec = ClusterSpec.model_validate({
         "stack": cluster["gpufleet_stack"], "backend": cluster["gpufleet_backend"],

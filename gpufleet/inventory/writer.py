@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from gpufleet import REPO_ROOT
+from gpufleet.catalog import GPUS
 from gpufleet.infra.scheduling import host_place, node_taints
 from gpufleet.inputs import dump_unsafe_yaml
 from gpufleet.spec import ClusterSpec, Host, NodePool
@@ -58,6 +59,12 @@ def _dump(path: Path, data: Any) -> None:
     path.write_text(HEADER + dump_unsafe_yaml(data))
 
 
+def pool_nvswitch(pool: NodePool) -> bool:
+    """Whether the pool's GPUs sit on an NVSwitch board (HGX SXM: fabric manager must run), from the catalog's model:
+    the one place the roles learn it (roles/slurm's health check requires fabric manager there)."""
+    return pool.gpu is not None and pool.gpu in GPUS and GPUS[pool.gpu].nvswitch
+
+
 def cluster_vars(spec: ClusterSpec) -> dict[str, Any]:
     lustre = spec.storage.lustre
     return {
@@ -66,7 +73,7 @@ def cluster_vars(spec: ClusterSpec) -> dict[str, Any]:
         "gpufleet_backend": spec.backend,
         "gpufleet_pools": {
             p.name: {"role": p.role, "gpu": p.gpu, "power_limit": p.power_limit, "fabric": p.fabric,
-                     "host_management": p.host_management}
+                     "host_management": p.host_management, "nvswitch": pool_nvswitch(p)}
             for p in spec.pools
         },
         "gpufleet_networks": spec.networks.model_dump(),
