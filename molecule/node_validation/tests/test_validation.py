@@ -110,11 +110,8 @@ def _start_check(host):
 
 def test_validation_left_no_file_on_the_node(host):
     # Collection writes nothing on the node; with the timer on, the role's state there is exactly the timer's.
-    # Non-directory files changed since side_effect's mark (right before converge), on the container's own
-    # filesystem, outside scratch and logs (journald) and Ansible's remote temporary directory.
-    prune = " -o ".join(f"-path {p}" for p in ("/tmp", "/var/tmp", "/var/log", "/var/cache", "/root/.ansible"))
-    new_files = host.check_output(
-        f"find / -xdev \\( {prune} \\) -prune -o ! -type d -newer /run/gpufleet-molecule-converge -print").splitlines()
+    # converged_files.yml listed the files written since side_effect's mark, after converge and idempotence.
+    new_files = _bundle(host, "converged-files-")
     assert [p for p in new_files if not _timer_own(p)] == []
     assert f"/etc/systemd/system/{UNIT}.service" in new_files and RVARS["__node_validation_timer_program"] in new_files
     assert not host.file("/var/lib/gpufleet/validation").exists
