@@ -12,6 +12,14 @@ from typing import Any
 
 from gpufleet import REPO_ROOT
 
+#: ``python -c RUN_MODULE <module file>`` runs a module file as Ansible would, with ansible.cfg's module_utils path
+#: (``ansible.module_utils.gpufleet_*``); its arguments go on stdin as ``{"ANSIBLE_MODULE_ARGS": ...}``.
+RUN_MODULE = (
+    "import runpy, sys, ansible.module_utils as m\n"
+    f"m.__path__.append({str(REPO_ROOT / 'ansible' / 'module_utils')!r})\n"
+    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
+)
+
 
 def local_host(**hostvars: Any) -> dict[str, Any]:
     """An inventory host run on the controller with the test's own Python (the modules import gpufleet's)."""

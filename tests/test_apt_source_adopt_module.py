@@ -13,14 +13,10 @@ from typing import Any
 
 import yaml
 
+from tests.ansible_local import RUN_MODULE
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "ansible" / "library" / "apt_source_adopt.py"
-#: Runs a module file as ansible would, with ansible.cfg's module_utils path (ansible.module_utils.gpufleet_*).
-RUN_MODULE = (
-    "import runpy, sys, ansible.module_utils as m\n"
-    f"m.__path__.append({str(ROOT / 'ansible' / 'module_utils')!r})\n"
-    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
-)
 # The one description of other installers' sources (the cuda-keyring layout, deb822 and trusted=yes copies).
 FOREIGN = Path(__file__).resolve().parent / "fixtures" / "apt" / "foreign_sources.yml"
 URI = "file:///srv/gpufleet-repo/ubuntu2204/x86_64"

@@ -12,14 +12,10 @@ from typing import Any
 
 from gpufleet.ansible_run import HostStats, RunResult, TaskResult
 from gpufleet.drift import build_report, plan_hosts
+from tests.ansible_local import RUN_MODULE
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "ansible" / "library" / "apt_source_adopt.py"
-RUN_MODULE = (
-    "import runpy, sys, ansible.module_utils as m\n"
-    f"m.__path__.append({str(ROOT / 'ansible' / 'module_utils')!r})\n"
-    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
-)
 URI = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 MARKER = "# Managed by gpufleet (role nvidia_repo)"
 TASK = "Replace the other sources of the repository (kept as .gpufleet-replaced copies)"

@@ -17,16 +17,11 @@ import pytest
 import yaml
 
 from gpufleet import REPO_ROOT
-from tests.ansible_local import local_host
+from tests.ansible_local import RUN_MODULE, local_host
 
 MODULE = REPO_ROOT / "ansible" / "library" / "host_footprint.py"
 PLUGIN = REPO_ROOT / "roles" / "host_footprint" / "action_plugins" / "host_footprint.py"
 DEFAULTS = yaml.safe_load((REPO_ROOT / "roles" / "host_footprint" / "defaults" / "main.yml").read_text())
-RUN_MODULE = (
-    "import runpy, sys, ansible.module_utils as m\n"
-    f"m.__path__.append({str(REPO_ROOT / 'ansible' / 'module_utils')!r})\n"
-    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
-)
 
 
 def run(root: Path, state: str = "probe", scopes: list[str] | None = None, inputs: str = "i1",

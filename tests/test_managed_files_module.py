@@ -11,13 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.ansible_local import RUN_MODULE
+
 MODULE = Path(__file__).resolve().parents[1] / "ansible" / "library" / "managed_files.py"
-#: Runs a module file as ansible would, with ansible.cfg's module_utils path (ansible.module_utils.gpufleet_*).
-RUN_MODULE = (
-    "import runpy, sys, ansible.module_utils as m\n"
-    f"m.__path__.append({str(Path(__file__).resolve().parents[1] / 'ansible' / 'module_utils')!r})\n"
-    "path = sys.argv[1]; sys.argv = [path]; runpy.run_path(path, run_name='__main__')\n"
-)
 USER = pwd.getpwuid(os.getuid()).pw_name
 GROUP = grp.getgrgid(os.getgid()).gr_name
 
