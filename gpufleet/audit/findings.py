@@ -25,7 +25,7 @@ Severity = Literal["security", "error", "warning"]
 SEVERITY_ORDER: dict[str, int] = {"security": 0, "error": 1, "warning": 2}
 #: Packages that carry the driver's version (NVIDIA's, Ubuntu's and Debian's names; cuda-compat is left out: it is
 #: meant to differ from the driver).
-_DRIVER_FAMILY = re.compile(r"^(nvidia-|libnvidia-|cuda-drivers|libcuda|firmware-nvidia)")
+_DRIVER_FAMILY = re.compile(r"^(nvidia-|libnvidia-|cuda-driver(?:s)|libcuda|firmware-nvidia)")
 #: Words in the mount points of datasets / checkpoints (the example stacks mount /lustre/datasets, /lustre/checkpoints).
 DATASETS, CHECKPOINTS = "dataset", "checkpoint"
 
