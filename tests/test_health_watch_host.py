@@ -18,6 +18,7 @@ import jinja2
 import yaml
 
 from gpufleet import REPO_ROOT
+from tests.node_programs import assert_role_ships_what_it_imports
 
 GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
 HOST = socket.gethostname().split(".")[0]
@@ -95,17 +96,8 @@ def _vars(**over: Any) -> dict[str, Any]:
 
 
 def test_the_role_installs_exactly_the_modules_the_watch_mode_imports() -> None:
-    code = ("import sys\nfor m in ('pydantic', 'pydantic_core', 'yaml'): sys.modules[m] = None\n"
-            "import gpufleet.validation.node_check, gpufleet.validation.actions\n"
-            "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() if n.startswith('gpufleet'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                         cwd=REPO_ROOT).stdout.split()
-    loaded = sorted(str(Path(f).relative_to(REPO_ROOT)) for f in out)
-    listed = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__node_validation_timer_modules"]
-    assert sorted(listed) == loaded
-    for m in listed:
-        link = ROLE / "files/health" / m
-        assert link.is_symlink() and link.resolve() == (REPO_ROOT / m).resolve(), m
+    assert_role_ships_what_it_imports(ROLE, "__node_validation_timer_modules", "gpufleet.validation.node_check",
+                                      "gpufleet.validation.actions")
 
 
 def test_timer_unit_and_program_render() -> None:

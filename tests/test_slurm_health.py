@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpufleet import REPO_ROOT
 from gpufleet.validation import node_check
+from tests.node_programs import assert_role_ships_what_it_imports
 
 GPUSIM = REPO_ROOT / "testbed" / "simulator" / "gpusim.py"
 ROLE = REPO_ROOT / "roles" / "slurm"
@@ -110,14 +110,4 @@ def test_drain_argv_keeps_the_reason_one_argument() -> None:
 def test_the_role_installs_exactly_the_modules_the_program_imports() -> None:
     # Run where pydantic is missing, as on a node with bare python3: every gpufleet module it loads must be in the
     # role's list (roles/slurm/vars/main.yml) and linked, not copied, under files/health (one copy of the checks).
-    code = ("import sys\nfor m in ('pydantic', 'pydantic_core', 'yaml'): sys.modules[m] = None\n"
-            "import gpufleet.validation.node_check\n"
-            "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() if n.startswith('gpufleet'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                         cwd=REPO_ROOT).stdout.split()
-    loaded = sorted(str(Path(f).relative_to(REPO_ROOT)) for f in out)
-    listed = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__slurm_health_modules"]
-    assert sorted(listed) == loaded
-    for m in listed:
-        link = ROLE / "files/health" / m
-        assert link.is_symlink() and link.resolve() == (REPO_ROOT / m).resolve(), m
+    assert_role_ships_what_it_imports(ROLE, "__slurm_health_modules", "gpufleet.validation.node_check")
