@@ -33,6 +33,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout inst
 
 
 T = TypeVar("T")
+G = TypeVar("G")
 
 
 def _parsed(file: Path, parse: Callable[[str], T], kind: str = "log") -> T:
@@ -41,6 +42,16 @@ def _parsed(file: Path, parse: Callable[[str], T], kind: str = "log") -> T:
         return parse(read_text(file, kind))
     except ParseError as e:
         raise parse_failure(str(file), e) from None
+
+
+def _gates(file: Path, build: Callable[[], list[G]]) -> list[G]:
+    """The ``--min-*`` gates ``build`` makes; a gate refusing its value (not finite, not positive) is the contract's
+    option error, named against the file it gates."""
+    try:
+        return build()
+    except ValueError as e:
+        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
+                             kind="invalid option") from None
 
 
 def _show(value: Any) -> str:
@@ -222,16 +233,10 @@ def fio(
     """Parse fio ``--output-format=json`` output (also ``json,normal``); with gates, exit 1 when one fails."""
     parsed = [_parsed(f, parse_fio) for f in files]
     result = FioResult(parsed[0].version, [j for r in parsed for j in r.jobs])
-    file = files[0]
-    gates = []
-    try:
-        for direction, mbps, iops in (("read", min_read_mbps, min_read_iops), ("write", min_write_mbps,
-                                                                                min_write_iops)):
-            if mbps is not None or iops is not None:
-                gates.append(FioGate(direction, None if mbps is None else mbps * 1e6, iops))  # type: ignore[arg-type]
-    except ValueError as e:
-        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
-                             kind="invalid option") from None
+    gates = _gates(files[0], lambda: [
+        FioGate(direction, None if mbps is None else mbps * 1e6, iops)  # type: ignore[arg-type]
+        for direction, mbps, iops in (("read", min_read_mbps, min_read_iops), ("write", min_write_mbps, min_write_iops))
+        if mbps is not None or iops is not None])
     verdicts = [gate_fio(result, g) for g in gates]
     if as_json:
         print_json({**result.to_dict(), "gates": [v.to_json() for v in verdicts]})
@@ -262,12 +267,9 @@ def mdtest(
 ) -> None:
     """Parse mdtest's output (its SUMMARY rate table); with gates, exit 1 when one fails or has no data."""
     result = _parsed(file, parse_mdtest)
-    try:
-        gates = [g for g in (None if min_creates is None else MdtestGate("creates", min_creates),
-                             None if min_stats is None else MdtestGate("stats", min_stats)) if g is not None]
-    except ValueError as e:
-        raise InputError.one(str(file), str(e), "give gates as finite positive numbers", key="--min-*",
-                             kind="invalid option") from None
+    gates = _gates(file, lambda: [g for g in (None if min_creates is None else MdtestGate("creates", min_creates),
+                                              None if min_stats is None else MdtestGate("stats", min_stats))
+                                  if g is not None])
     verdicts = [gate_mdtest(result, g) for g in gates]
     if as_json:
         print_json({**result.to_dict(), "gates": [v.to_json() for v in verdicts]})
