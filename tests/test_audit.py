@@ -20,6 +20,7 @@ from gpufleet.audit import build_facts, find_all
 from gpufleet.audit.collect import AUDIT_PLAYBOOK, Collected, from_stats, read_facts_dir, run_audit
 from gpufleet.audit.facts import (
     HostFacts,
+    Package,
     parse_apt_config,
     parse_apt_policy,
     parse_apt_sources,
@@ -114,6 +115,19 @@ def test_the_clean_fixture_has_no_finding() -> None:
     facts = facts_of(CLEAN)
     assert len(facts) == 3
     assert find_all(facts) == []
+
+
+def test_an_unheld_package_whose_version_does_not_follow_the_driver_is_no_finding() -> None:
+    # libxnvctrl0 comes with hwloc's plugins (Slurm, PMIx) from Debian's main archive at its own version; the
+    # sandbox image carries it, and converge does not hold it (the lock's NVIDIA_UNPINNED_PATTERN).
+    clean = facts_of(CLEAN)
+    gpu = next(h for h in clean if h.smi is not None)
+    gpu.packages["libxnvctrl0"] = Package("libxnvctrl0", "525.85.05-3~deb12u1", held=False, origin="local")
+    assert "libxnvctrl0" in gpu.nvidia_packages
+    assert find_all(clean) == []
+    gpu.packages["libnvidia-ml1"] = Package("libnvidia-ml1", "535.261.03-1~deb12u1", held=False, origin="local")
+    assert [f.message for f in find_all(clean) if f.id == "unheld-packages"] == [
+        "1 NVIDIA package(s) not held: libnvidia-ml1"]
 
 
 @pytest.mark.parametrize(("finding", "severity", "hosts", "text"), [

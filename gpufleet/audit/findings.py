@@ -17,6 +17,7 @@ from gpufleet.audit.pools import by_pool, hardware, pool_of
 from gpufleet.audit.propose import COMPARED, majority, nearest_profile
 from gpufleet.audit.reads import GPUFLEET_PREFIX, NUMA_BALANCING, gpufleet_keyrings
 from gpufleet.errors import ConfigError
+from gpufleet.lock.packages import NVIDIA_UNPINNED_PATTERN
 from gpufleet.lock.resolve import resolve_lock
 from gpufleet.lock.versions import matches_format
 from gpufleet.spec import ClusterSpec
@@ -25,6 +26,8 @@ Severity = Literal["security", "error", "warning"]
 SEVERITY_ORDER: dict[str, int] = {"security": 0, "error": 1, "warning": 2}
 #: Packages that carry the driver's version (NVIDIA's, Ubuntu's and Debian's names; cuda-compat is left out: it is
 #: meant to differ from the driver).
+#: Listed, never a finding for being unheld (their version does not follow the driver; the lock's note).
+_UNPINNED = re.compile(NVIDIA_UNPINNED_PATTERN)
 _DRIVER_FAMILY = re.compile(r"^(nvidia-|libnvidia-|cuda-driver(?:s)|libcuda|firmware-nvidia)")
 #: Words in the mount points of datasets / checkpoints (the example stacks mount /lustre/datasets, /lustre/checkpoints).
 DATASETS, CHECKPOINTS = "dataset", "checkpoint"
@@ -118,7 +121,7 @@ def host_findings(h: HostFacts) -> list[Finding]:
     pool = pool_of(h)
     one = (h.host,)
     nvidia = h.nvidia_packages
-    unheld = sorted(n for n, p in nvidia.items() if not p.held)
+    unheld = sorted(n for n, p in nvidia.items() if not p.held and not _UNPINNED.match(n))
     if unheld:
         out.append(Finding("unheld-packages", "warning", one, pool,
                            f"{len(unheld)} NVIDIA package(s) not held: {', '.join(unheld[:8])}"

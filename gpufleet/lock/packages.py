@@ -65,6 +65,11 @@ LUSTRE_CLIENT_DKMS = "dkms"
 #: ../shared/fixtures/real/apt/NVIDIA-APT-NAMING-RULES.md section 1): what `gpufleet audit` asks apt-cache about.
 NVIDIA_PACKAGE_PATTERN = (r"^(nvidia-|libnvidia-|cuda-|libcuda|libcudnn|cudnn|libnccl|datacenter-gpu-manager|"
                           r"libxnvctrl|xserver-xorg-video-nvidia)")
+#: NVIDIA's names whose version does not follow the driver, so nothing holds them: libxnvctrl0 is nvidia-settings'
+#: NV-CONTROL client library, which hwloc's plugins (libhwloc-plugins, pulled by Slurm, PMIx and Open MPI) bring
+#: from the distribution's main archive (Debian 12 ships 525.85.05 next to its 535 driver). Audited and listed,
+#: never a finding for being unheld: converge does not hold it and must not.
+NVIDIA_UNPINNED_PATTERN = r"^libxnvctrl"
 #: Component -> the package names whose installed version is the component's, as patterns, first match wins: the
 #: lock's names above plus Ubuntu's (``nvidia-driver-<branch>-server``, ``cuda-drivers-fabricmanager-<branch>``) and
 #: Debian's (``nvidia-smi``) for a driver gpufleet did not install. `gpufleet audit` reads a host's versions with them.

@@ -148,8 +148,11 @@ class ActionModule(ActionBase):
             for name, margs in probe_args.items():
                 margs = dict(margs)
                 self._update_module_args("host_footprint", margs, task_vars)
-                bits, _path = self._configure_module(module_name="host_footprint", module_args=margs,
-                                                     task_vars=task_vars)
+                # ActionBase's own builder by name: the Mitogen strategy's action mixin replaces _configure_module
+                # with one that refuses to be called (it ships modules its own way), and this file is run by a
+                # process on the node, not by Mitogen.
+                bits, _path = ActionBase._configure_module(self, module_name="host_footprint", module_args=margs,
+                                                           task_vars=task_vars)
                 path = self._connection._shell.join_path(tmp, f"probe{len(remote)}.py")
                 self._transfer_data(path, bits.b_module_data)
                 remote[name] = path
