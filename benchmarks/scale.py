@@ -232,6 +232,13 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                   "| goal | before | after | after / before | target |", "|---|---:|---:|---:|---|"]
         lines += [f"| {g['goal']} | {g['before']:.2f} | {g['after']:.2f} | {_f(g['ratio'], '.2f')} | {g['target']} |"
                   for g in goals]
+    against = baseline_ratios(doc)
+    if against:
+        lines += ["", "Goals against a named baseline checkout (medians of the runs above, measured in this run).", "",
+                  "| goal | baseline | N | baseline | after | after / baseline | target | met |",
+                  "|---|---|---:|---:|---:|---:|---|---|"]
+        lines += [f"| {g['goal']} | {g['baseline']} | {g['n']} | {g['before']:.2f} | {g['after']:.2f} "
+                  f"| {g['ratio']:.2f} | {g['target']} | {'yes' if g['met'] else 'no'} |" for g in against]
     if doc.get("notes"):
         lines += ["", *[f"- {n}" for n in doc["notes"]]]
     return "\n".join(lines) + "\n"
@@ -281,6 +288,41 @@ def goal_ratios(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     if len(within) == 2:
         out.append({"goal": "a GPU node's no-op rerun / its fresh converge, wall", "before": within["before"],
                     "after": within["after"], "ratio": None, "target": "after <= 0.25"})
+    return out
+
+
+#: Goals against a named baseline checkout (label in ``--checkout``), any size: (issue and what, baseline label,
+#: operation prefix, N, figure, the largest after / baseline allowed). Issue 26: the converged-host skip that sees
+#: everything keeps the no-op converge and drift within 20% of the tree before it (label ``before26``). Issue 33
+#: point 5: a host that changes costs at most what it did before the skip (label ``before``, the pre-skip tree).
+BASELINE_GOALS: tuple[tuple[str, str, str, int, str, float], ...] = (
+    ("issue 26: no-op converge, wall", "before26", "no-op converge (site.yml)", 1, "wall", 1.20),
+    ("issue 26: no-op converge, controller CPU s per host", "before26", "no-op converge (site.yml)", 1,
+     "ctrl_per_host", 1.20),
+    ("issue 26: drift check, wall", "before26", "drift", 1, "wall", 1.20),
+    ("issue 26: drift check, controller CPU s per host", "before26", "drift", 1, "ctrl_per_host", 1.20),
+    ("issue 33: fresh converge of one GPU node, wall", "before", "fresh converge of one GPU node", 1, "wall", 1.00),
+    ("issue 33: remediation of 16 nodes, wall", "before", "remediate", 16, "wall", 1.00),
+    ("issue 33: remediation of 16 nodes, controller CPU s per host", "before", "remediate", 16, "ctrl_per_host",
+     1.00),
+)
+
+
+def baseline_ratios(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """BASELINE_GOALS measured in this run: the median of each side (ops measured more than once), after / baseline,
+    and whether it is within the goal. A goal whose baseline or size was not measured is left out."""
+    def median(label: str, op: str, n: int, figure: str) -> float | None:
+        values = [v for m in doc["measurements"]
+                  if m["checkout"] == label and m["n"] == n and m["rc"] in (0, 2) and m["op"].startswith(op)
+                  and (v := _figure(m, figure)) is not None]
+        return statistics.median(values) if values else None
+
+    out = []
+    for goal, base, op, n, figure, most in BASELINE_GOALS:
+        b, a = median(base, op, n, figure), median("after", op, n, figure)
+        if b and a is not None:
+            out.append({"goal": goal, "baseline": base, "n": n, "before": b, "after": a, "ratio": a / b,
+                        "target": f"<= {most:.2f}", "met": a / b <= most})
     return out
 
 
@@ -606,6 +648,26 @@ class Bench:
             note, changed = "no JSON on stdout", None
         self.record(m, counts=counts, changed=changed, note=note)
 
+    def audit(self, co: Checkout, n: int, *, hosts: int) -> None:
+        """`gpufleet audit` of the whole stack (issue 28: wall and controller CPU at 16 nodes). Read-only, so it
+        changes nothing the next measurement sees; a checkout from before the audit existed is not asked."""
+        if not (co.path / "gpufleet" / "audit").is_dir():
+            self.say(f"[{co.label} N={n}] no `gpufleet audit` in this checkout: not measured")
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [str(co.bin / "gpufleet"), "audit", "--stack", STACK, "--json", "--report", tmp]
+            r, m = self.command(co, cmd, n=n, op="audit (read-only, every host)", hosts=hosts, ok_rc=(0, 2))
+        assert m is not None
+        try:
+            data = json.loads(r.stdout)
+            found = data.get("findings", [])
+            note = (f"{len(data.get('hosts', []))} hosts read, {len(found)} findings "
+                    f"({', '.join(sorted({f.get('id', '?') for f in found})) or 'none'})")
+            changed: int | None = 0
+        except ValueError:
+            note, changed = "no JSON on stdout", None
+        self.record(m, changed=changed, note=note)
+
     def power_limits(self, gpu_hosts: Sequence[str]) -> dict[str, list[str]]:
         out = {}
         for h in gpu_hosts:
@@ -667,7 +729,7 @@ class Bench:
 
     def run_checkout(self, co: Checkout, *, fresh: bool, driver_repeat: int, quiet_at: int | None,
                      quiet_file: Path, skip_remediation: Sequence[int] = (), make_up_runs: int = 0,
-                     reset: bool = True, first_size_repeat: int = 1) -> None:
+                     reset: bool = True, first_size_repeat: int = 1, audit_at: Sequence[int] = ()) -> None:
         self.doc["checkouts"].append(co.facts())
         self.save()
         running = sum(1 for name, _ in stack_containers() if name.startswith(f"gpufleet-{STACK}-gpu-"))
@@ -679,13 +741,14 @@ class Bench:
             with quiet(quiet_file if quiet_at is not None and n >= quiet_at else None, self.say):
                 self.one_size(co, n, idx, fresh=fresh, driver_repeat=driver_repeat,
                               grow=not (idx == 0 and not reset and running == n),
-                              remediate=n not in skip_remediation, repeat=first_size_repeat if idx == 0 else 1)
+                              remediate=n not in skip_remediation, repeat=first_size_repeat if idx == 0 else 1,
+                              audit=n in audit_at)
             if idx == 0 and make_up_runs:
                 # Issue 11's no-op `make up` (the stack's own size: 2 GPU nodes): one converge, then the timed runs.
                 noop_up_runs(self, co, make_up_runs)
 
     def one_size(self, co: Checkout, n: int, idx: int, *, fresh: bool, driver_repeat: int, grow: bool,
-                 remediate: bool, repeat: int = 1) -> None:
+                 remediate: bool, repeat: int = 1, audit: bool = False) -> None:
         hosts = n + 1
         if grow:
             self.grow(co, n, idx)
@@ -706,6 +769,8 @@ class Bench:
             # Recorded (``--record``): the per-host task counts come from its events; the recording's own cost
             # (keeping and scrubbing the events) is in every checkout's figure alike.
             self.drift(co, n, hosts=hosts, record=True)
+        if audit:
+            self.audit(co, n, hosts=hosts)
         if remediate:
             self.remediation(co, n, hosts=hosts)
 
@@ -775,6 +840,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--make-up-runs", type=int, default=0,
                      help="after the first size: `make up` once and this many timed no-op `make up` runs (issue 11)")
     run.add_argument("--skip-remediation", default="", help="N,N,...: sizes measured without the remediation")
+    run.add_argument("--audit-at", default="", help="N,N,...: sizes at which `gpufleet audit` of every host is "
+                     "measured (checkouts that have it)")
     run.add_argument("--resume", action="store_true",
                      help="append to the results at --out (another sitting of the same bench: say so in its notes)")
     run.add_argument("--out", type=Path, default=None, help="results path without suffix")
@@ -801,7 +868,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    quiet_file=args.quiet_file,
                                    skip_remediation=[int(x) for x in args.skip_remediation.split(",") if x],
                                    make_up_runs=args.make_up_runs, reset=args.reset,
-                                   first_size_repeat=args.first_size_repeat)
+                                   first_size_repeat=args.first_size_repeat,
+                                   audit_at=[int(x) for x in args.audit_at.split(",") if x])
         else:
             noop_up(bench, checkouts, args.runs)
     finally:

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.scale import Measurement, cgroup_cpu_s, count_events, count_tasks, goal_ratios, render_markdown
+from benchmarks.scale import (
+    Measurement,
+    baseline_ratios,
+    cgroup_cpu_s,
+    count_events,
+    count_tasks,
+    goal_ratios,
+    render_markdown,
+)
 from gpufleet.bench import scale_model as sm
 from gpufleet.cli import app
 from gpufleet.cli.bench import shipped_forks
@@ -237,6 +245,30 @@ def test_goal_ratios_compare_medians_at_the_first_size() -> None:
     within = goals["a GPU node's no-op rerun / its fresh converge, wall"]
     assert (within["before"], within["after"], within["ratio"]) == (pytest.approx(2 / 3), 0.25, None)
     assert "| a GPU node's no-op rerun / its fresh converge, wall | 0.67 | 0.25 | - | after <= 0.25 |" in (
+        render_markdown(doc))
+
+
+def test_baseline_goals_compare_after_with_the_named_checkout_at_their_size() -> None:
+    doc = _doc()
+    assert baseline_ratios(doc) == []  # no baseline checkout measured
+    # Issue 26's tree: no-op converges at N = 1 of 10 and 12 s wall (median 11); after: 10 s -> 0.91, within 1.20.
+    b26 = [{**_measurement(1, "no-op converge (site.yml)", 8, 1), "checkout": "before26"} for _ in range(2)]
+    b26[1]["wall_s"] = 12.0
+    # Issue 33's pre-skip tree: a 16-node remediation of 100 s; after: 160 s (the _measurement default) -> 1.60.
+    pre = {**_measurement(16, "remediate --batch 25% (power limit)", 170, 1), "checkout": "before", "wall_s": 100.0}
+    doc["measurements"] += [*b26, pre, _measurement(16, "remediate --batch 25% (power limit)", 153, 1)]
+    goals = {g["goal"]: g for g in baseline_ratios(doc)}
+    wall = goals["issue 26: no-op converge, wall"]
+    assert (wall["baseline"], wall["before"], wall["after"], wall["met"]) == ("before26", 11.0, 10.0, True)
+    assert wall["ratio"] == pytest.approx(10 / 11)
+    # Controller CPU per host: before26 8 s / 2 hosts = 4.0; after 10 s / 2 hosts = 5.0 -> 1.25, over 1.20.
+    assert goals["issue 26: no-op converge, controller CPU s per host"]["met"] is False
+    rem = goals["issue 33: remediation of 16 nodes, wall"]
+    assert (rem["n"], rem["ratio"], rem["met"]) == (16, 1.6, False)
+    assert goals["issue 33: remediation of 16 nodes, controller CPU s per host"]["ratio"] == pytest.approx(0.9)
+    # Goals whose baseline was not measured (drift at N = 1 for before26, fresh converge for before) are left out.
+    assert "issue 26: drift check, wall" not in goals and "issue 33: fresh converge of one GPU node, wall" not in goals
+    assert "| issue 33: remediation of 16 nodes, wall | before | 16 | 100.00 | 160.00 | 1.60 | <= 1.00 | no |" in (
         render_markdown(doc))
 
 
