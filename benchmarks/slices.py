@@ -155,8 +155,10 @@ def slice_inventory(export: Mapping[str, Any], hosts: Sequence[str]) -> dict[str
             if key in data:
                 group[key] = data[key]
         out[name] = group
-    hostvars = (export.get("_meta") or {}).get("hostvars", {})
-    out["_meta"] = {"hostvars": {h: hostvars.get(h, {}) for h in hosts}}
+    meta = dict(export.get("_meta") or {})
+    hostvars = meta.pop("hostvars", {})
+    # The rest of _meta (ansible-core's "profile": how tagged values such as !unsafe ones are encoded) as it is.
+    out["_meta"] = {**meta, "hostvars": {h: hostvars.get(h, {}) for h in hosts}}
     return out
 
 
@@ -251,10 +253,18 @@ def write_private_data_dir(pdd: Path, *, project: Path, inventory: Mapping[str, 
     return pdd
 
 
-def ee_envvars(pdd: Path, checkout: Path) -> dict[str, str]:
-    """What ansible/execution-environment.yml's image sets, for a job whose project is ``pdd/project``."""
-    return {"ANSIBLE_CONFIG": str(pdd / "project" / "ansible" / "ansible.cfg"),
-            "ANSIBLE_COLLECTIONS_PATH": str(checkout / ".collections")}
+def ee_envvars(pdd: Path, checkout: Path, *, project_callbacks: bool = False) -> dict[str, str]:
+    """What ansible/execution-environment.yml's image sets, for a job whose project is ``pdd/project``.
+
+    ansible-runner sets ``ANSIBLE_CALLBACK_PLUGINS`` to its own folder (after any the environment gives), and the
+    environment wins over ansible.cfg: ansible.cfg's ``callback_plugins`` (gpufleet's ansiballz cache and preload
+    callbacks) is not read in a runner job. ``project_callbacks`` puts gpufleet's folder in the environment, as
+    gpufleet's own runner does, to measure what they save on this path."""
+    env = {"ANSIBLE_CONFIG": str(pdd / "project" / "ansible" / "ansible.cfg"),
+           "ANSIBLE_COLLECTIONS_PATH": str(checkout / ".collections")}
+    if project_callbacks:
+        env["ANSIBLE_CALLBACK_PLUGINS"] = str(pdd / "project" / "gpufleet" / "ansible_run" / "callback_plugins")
+    return env
 
 
 def runner_command(runner: Path, pdd: Path, template: JobTemplate, ident: str) -> list[str]:
@@ -335,7 +345,9 @@ def render_slices(doc: Mapping[str, Any]) -> str:
         lines += ["", "## Slices", "",
                   f"Slice order: {doc.get('order', 'name')} (host i of that order in slice i mod K). Job template "
                   f"`{template.get('name', DRIFT_TEMPLATE)}`: `{template.get('playbook')}`, "
-                  f"`{' '.join(template.get('cmdline', []))}`.", "",
+                  f"`{' '.join(template.get('cmdline', []))}`; ansible.cfg's callback_plugins "
+                  + ("given in the environment (--project-callbacks)." if doc.get("project_callbacks") else
+                     "not read, as in an AWX job (ansible-runner's own folder in ANSIBLE_CALLBACK_PLUGINS)."), "",
                   "| K | hosts per slice | wall s per slice | wall s (first start to last end) | drift reports "
                   "| union = K=1 hosts | items = K=1 items |", "|---:|---|---|---:|---|---|---|"]
         for r in runs:
@@ -409,17 +421,20 @@ def _item_keys(report: Any) -> list[list[str]]:
 class SlicesBench(Bench):
     """benchmarks/scale.py's bench (machine facts, controller cgroup, idle node CPU, saving) for slice runs."""
 
-    def __init__(self, out: Path, *, stack: str, order: Order, job_timeout: int, keep: bool) -> None:
+    def __init__(self, out: Path, *, stack: str, order: Order, job_timeout: int, keep: bool,
+                 project_callbacks: bool = False) -> None:
         super().__init__(out, out.with_suffix(".log"))
         self.stack = stack
         self.order = order
         self.job_timeout = job_timeout
         self.keep = keep
+        self.project_callbacks = project_callbacks
         self.co = Checkout(CHECKOUT, "current", [])
         self.runner = self.co.bin / "ansible-runner"
         self.inventory = CHECKOUT / "inventories" / stack / "hosts.yml"
         self.template = drift_job_template()
         self.doc.update({"stack": stack, "order": order, "slices": [], "model": {},
+                         "project_callbacks": project_callbacks,
                          "template": asdict(self.template) | {"cmdline": self.template.cmdline()}})
         self.workdir = Path(tempfile.mkdtemp(prefix="gpufleet-slices-")) if not keep else out.parent / (
             out.name + "-pdd")
@@ -472,7 +487,8 @@ class SlicesBench(Bench):
         for i, hosts in enumerate(slices):
             pdd = base / f"slice{i}"
             write_private_data_dir(pdd, project=CHECKOUT, inventory=slice_inventory(self.export, hosts),
-                                   template=self.template, envvars=ee_envvars(pdd, CHECKOUT),
+                                   template=self.template,
+                                   envvars=ee_envvars(pdd, CHECKOUT, project_callbacks=self.project_callbacks),
                                    job_timeout=self.job_timeout)
             cmds.append(runner_command(self.runner, pdd, self.template, f"slice{i}"))
         self.say(f"[K={k}] {op}: {len(cmds)} x {shlex.join(cmds[0][:2])} <pdd> "
@@ -644,12 +660,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="host order slices are cut from: AWX's (by name) or the inventory's")
     ap.add_argument("--job-timeout", type=int, default=1800, help="env/settings job_timeout of each job, seconds")
     ap.add_argument("--keep", action="store_true", help="keep the private data dirs (events) beside --out")
+    ap.add_argument("--project-callbacks", action="store_true",
+                    help="give the jobs gpufleet's callback folder in ANSIBLE_CALLBACK_PLUGINS (ansiballz cache, "
+                    "preload); without it, as an AWX job runs, ansible.cfg's callback_plugins is not read")
     ap.add_argument("--out", type=Path, default=None, help="results path without suffix")
     args = ap.parse_args(argv)
     ks = parse_slices(args.slices)
     out = args.out or RESULTS / f"{datetime.now(UTC):%Y%m%d-%H%M}-slices"
     out.parent.mkdir(parents=True, exist_ok=True)
-    bench = SlicesBench(out, stack=args.stack, order=args.order, job_timeout=args.job_timeout, keep=args.keep)
+    bench = SlicesBench(out, stack=args.stack, order=args.order, job_timeout=args.job_timeout, keep=args.keep,
+                        project_callbacks=args.project_callbacks)
     try:
         bench.load_inventory()
         if args.stack != STACK:
