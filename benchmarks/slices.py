@@ -372,23 +372,33 @@ def render_slices(doc: Mapping[str, Any]) -> str:
                   f"- tasks per GPU node: {i['tasks_per_host']:.0f}; module runs per GPU node: "
                   f"{i['module_runs_per_host']:.0f}"]
         if model.get("fixed_from_k_slope_s") is not None:
-            lines.append(f"- cross-check: controller CPU over K grows {model['fixed_from_k_slope_s']:.2f} s per "
-                         "extra process (the fixed CPU each slice pays again)")
+            per_task = "controller_cpu_per_host_task_s"
+            lines.append(f"- controller CPU over K grows {model['fixed_from_k_slope_s']:.2f} s per extra job (the "
+                         "fixed CPU each slice pays again, with what a job pays only once it has hosts)"
+                         + (f"; with it as the fixed CPU, {1000 * model['inputs_k_slope'][per_task]:.1f} ms per "
+                            "host-task" if model.get("inputs_k_slope") else ""))
     if model.get("goals"):
         lines += ["", "## 1,000 nodes, predicted from these inputs", "",
-                  "| fleet | predicted wall s | bound | target s | met |", "|---|---:|---|---:|---|"]
+                  "| fleet | fixed CPU from | predicted wall s | bound | target s | met |",
+                  "|---|---|---:|---|---:|---|"]
         for g in model["goals"]:
             where = (f"{g['nodes']} nodes, one {g['controller_cores']:g}-core controller" if g["slices"] == 1 else
                      f"{g['nodes']} nodes, {g['slices']} slices of {g['controller_cores']:g} cores "
                      f"(slice start {g['slice_start_s']:g} s, assumed)")
-            lines.append(f"| {where} | {g['predicted_wall_s']:.0f} | {g['bound']} | {g['target_s']:g} "
+            lines.append(f"| {where} | {g.get('fixed', 'empty run')} | {g['predicted_wall_s']:.0f} | {g['bound']} "
+                         f"| {g['target_s']:g} "
                          f"| {'yes' if g['met'] else 'no'} |")
     if model.get("comparison"):
+        alt = {c["k"]: c for c in model.get("comparison_k_slope") or []}
         lines += ["", "## Measured against the model (this machine, K slices sharing its cores)", "",
-                  "| K | measured wall s | predicted wall s | measured / predicted | bound |",
-                  "|---:|---:|---:|---:|---|"]
+                  "Predicted from the K = 1 run's per-host-task costs, with the fixed CPU per job of the job without "
+                  "hosts, and (last columns) of the K runs' slope.", "",
+                  "| K | measured wall s | predicted wall s | measured / predicted | bound "
+                  "| predicted wall s, K runs' slope | measured / predicted |",
+                  "|---:|---:|---:|---:|---|---:|---:|"]
         lines += [f"| {c['k']} | {c['measured_wall_s']:.1f} | {c['predicted_wall_s']:.1f} | {_f(c['ratio'], '.2f')} "
-                  f"| {c['bound']} |" for c in model["comparison"]]
+                  f"| {c['bound']} | {_f(alt.get(c['k'], {}).get('predicted_wall_s'))} "
+                  f"| {_f(alt.get(c['k'], {}).get('ratio'), '.2f')} |" for c in model["comparison"]]
     return "\n".join(lines) + "\n"
 
 
@@ -533,6 +543,7 @@ class SlicesBench(Bench):
             node_idle_cpu_s=round(self.idle_rate * wall, 2), engine_shim_cpu_s=round(eng1[0] - eng0[0], 2),
             engine_daemon_cpu_s=round(eng1[1] - eng0[1], 2), hosts=sum(len(s) for s in slices),
             gpu_nodes=len(self.gpu_hosts), load_start=load0, load_end=load1)
+        self.doc["measurements"].append(m)  # Bench.record replaces it with its JSON
         results = [self.read_slice(base / f"slice{i}", i, list(hosts), ends[i] - starts[i], rcs[i])
                    for i, hosts in enumerate(slices)]
         return m, results
@@ -613,18 +624,28 @@ class SlicesBench(Bench):
         measured = [{"k": r["k"], "wall_s": r["wall_s"]} for r in self.doc["slices"]]
         slope = None
         if len(measured) >= 2:
+            # What one more process costs: the slope of controller CPU over K (the slices' host-tasks are the
+            # same hosts' at every K). It holds what a job pays once it has hosts (plugin loading, each module's
+            # payload built once per process), which a job without hosts never pays.
             points = [(float(r["k"]), float(r["controller_cpu_s"])) for r in self.doc["slices"]]
             slope = sm.line_fit(points)[1]
+        inputs = {"empty run": op}
+        if slope is not None and 0 < slope < float(k1["controller_cpu_s"]):
+            inputs["K runs' slope"] = op_cost_from_k1(k1, fixed_cpu_s=slope, gpu_hosts=self.gpu_hosts)
         self.doc["model"].update({
             "inputs": asdict(op), "forks": forks, "cores": cores, "fixed_from_k_slope_s": slope,
+            "inputs_k_slope": asdict(inputs["K runs' slope"]) if "K runs' slope" in inputs else None,
             "comparison": compare(op, measured, hosts=len(self.hosts), forks=forks, cores=cores),
-            "goals": goal_predictions(op, forks=forks)})
+            "comparison_k_slope": (compare(inputs["K runs' slope"], measured, hosts=len(self.hosts), forks=forks,
+                                           cores=cores) if "K runs' slope" in inputs else None),
+            "goals": [g | {"fixed": name} for name, o in inputs.items() for g in goal_predictions(o, forks=forks)]})
         for c in self.doc["model"]["comparison"]:
             self.say(f"  K={c['k']}: measured {c['measured_wall_s']:.1f} s, predicted {c['predicted_wall_s']:.1f} s "
                      f"({c['bound']}), ratio {_f(c['ratio'], '.2f')}")
         for g in self.doc["model"]["goals"]:
-            self.say(f"  {g['nodes']} nodes, {g['slices']} slice(s): predicted {g['predicted_wall_s']:.0f} s "
-                     f"({g['bound']}), goal {g['target_s']:g} s: {'met' if g['met'] else 'not met'}")
+            self.say(f"  {g['nodes']} nodes, {g['slices']} slice(s), fixed CPU from the {g['fixed']}: predicted "
+                     f"{g['predicted_wall_s']:.0f} s ({g['bound']}), goal {g['target_s']:g} s: "
+                     f"{'met' if g['met'] else 'not met'}")
         self.save()
 
     def cleanup(self) -> None:

@@ -102,7 +102,7 @@ def test_template_variables_resolve_from_the_play_then_the_sizing_file(tmp_path:
     assert sl.drift_job_template(objects, None) == sl.JobTemplate("gpufleet drift", "x.yml", "check", False,
                                                                    {"k": 1}, 7)
     assert sl.drift_job_template(objects, sizing).forks == 9
-    with pytest.raises(ValueError, match="no awx.awx.job_template named 'nope'"):
+    with pytest.raises(ValueError, match=r"no awx\.awx\.job_template named 'nope'"):
         sl.drift_job_template(objects, None, name="nope")
 
 
@@ -205,6 +205,8 @@ def test_the_goals_are_predicted_as_gpufleet_bench_scale_model_does() -> None:
 
 def _doc() -> dict[str, Any]:
     op = sl.op_cost_from_k1(_k1(), fixed_cpu_s=5.0, gpu_hosts=["gpu-0", "gpu-1"])
+    # The fixed CPU per job as the K runs' controller CPU grows: 10 s (what a job pays once it has hosts too).
+    by_slope = sl.op_cost_from_k1(_k1(), fixed_cpu_s=10.0, gpu_hosts=["gpu-0", "gpu-1"])
     slice_rows = [
         {"k": 1, "wall_s": 40.0, "controller_cpu_s": 53.0, "problems": [], "slices": [
             {"index": 0, "hosts": ["control-0", "gpu-0", "gpu-1"], "wall_s": 40.0, "report_ok": True}]},
@@ -220,9 +222,12 @@ def _doc() -> dict[str, Any]:
         "measurements": [_k1()], "slices": slice_rows,
         "template": {"name": "gpufleet drift", "playbook": "ansible/site.yml",
                      "cmdline": ["--check", "-u", "root", "--diff", "--forks=50"]},
-        "model": {"inputs": op.__dict__, "fixed_source": "measured", "fixed_from_k_slope_s": 5.0,
+        "model": {"inputs": op.__dict__, "fixed_source": "measured", "fixed_from_k_slope_s": 10.0,
+                  "inputs_k_slope": by_slope.__dict__,
                   "comparison": sl.compare(op, slice_rows, hosts=3, forks=50, cores=2.0),
-                  "goals": sl.goal_predictions(op, forks=50)}}
+                  "comparison_k_slope": sl.compare(by_slope, slice_rows, hosts=3, forks=50, cores=2.0),
+                  "goals": [g | {"fixed": name} for name, o in (("empty run", op), ("K runs' slope", by_slope))
+                            for g in sl.goal_predictions(o, forks=50)]}}
 
 
 def test_results_render_with_the_comparison_table_last() -> None:
@@ -234,11 +239,19 @@ def test_results_render_with_the_comparison_table_last() -> None:
     assert "| 2 | 2, 1 | 29.5, 21.2 | 30.0 | 2/2 ok | True | False |" in md
     assert "- K=2: drift items differ from K=1's: 2 only in slices" in md
     assert "- controller CPU per host-task: 200.0 ms" in md
-    assert "| 1000 nodes, one 8-core controller | 2505 | controller CPU | 60 | no |" in md
-    assert "| 1000 nodes, 4 slices of 8 cores (slice start 30 s, assumed) | 660 | controller CPU | 20 | no |" in md
+    # (53 - 10) / 240 host-tasks.
+    assert "with it as the fixed CPU, 179.2 ms per host-task" in md
+    assert "| 1000 nodes, one 8-core controller | empty run | 2505 | controller CPU | 60 | no |" in md
+    # 10 + 100 x 1000 x 0.1792 / 8.
+    assert "| 1000 nodes, one 8-core controller | K runs' slope | 2250 | controller CPU | 60 | no |" in md
+    assert ("| 1000 nodes, 4 slices of 8 cores (slice start 30 s, assumed) | empty run | 660 | controller CPU | 20 "
+            "| no |") in md
     table = md.rstrip("\n").split("\n\n")[-1].splitlines()
-    assert table[0] == "| K | measured wall s | predicted wall s | measured / predicted | bound |"
-    assert table[2:] == ["| 1 | 40.0 | 53.0 | 0.75 | shared CPU |", "| 2 | 30.0 | 69.0 | 0.43 | shared CPU |"]
+    assert table[0] == ("| K | measured wall s | predicted wall s | measured / predicted | bound "
+                        "| predicted wall s, K runs' slope | measured / predicted |")
+    # K = 2 with a 10 s fixed CPU: 10 + 100 x 2 hosts x 0.2992 CPU s / 1 core = 69.8 s.
+    assert table[2:] == ["| 1 | 40.0 | 53.0 | 0.75 | shared CPU | 54.9 | 0.73 |",
+                         "| 2 | 30.0 | 69.0 | 0.43 | shared CPU | 69.8 | 0.43 |"]
 
 
 @pytest.mark.slow
