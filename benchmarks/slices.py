@@ -43,6 +43,11 @@ AWX's rules this relies on (ansible/awx at the versions read, https://github.com
   execution environment's image sets (ansible/execution-environment.yml: ``ANSIBLE_CONFIG`` at the project's
   ansible/ansible.cfg, ``ANSIBLE_COLLECTIONS_PATH``; here the checkout's ``.collections``).
 
+Options: ``--order inventory`` (slices cut from the inventory's host order instead of AWX's name order),
+``--project-callbacks`` (ansible-runner puts its own callback folder in ``ANSIBLE_CALLBACK_PLUGINS``, which wins over
+ansible.cfg's ``callback_plugins``: gpufleet's ansiballz cache and preload callbacks do not load in a runner job, as in
+an AWX job; this gives them to the jobs), ``--keep`` (keep the jobs' private data dirs), ``--job-timeout``.
+
 Results: ``benchmarks/results/<UTC stamp>-slices.{json,md}`` (``--out`` to choose), saved after every step.
 """
 
@@ -446,8 +451,8 @@ class SlicesBench(Bench):
         self.doc.update({"stack": stack, "order": order, "slices": [], "model": {},
                          "project_callbacks": project_callbacks,
                          "template": asdict(self.template) | {"cmdline": self.template.cmdline()}})
-        self.workdir = Path(tempfile.mkdtemp(prefix="gpufleet-slices-")) if not keep else out.parent / (
-            out.name + "-pdd")
+        # Every job's private data dir, events included (thousands of files a job): outside the checkout.
+        self.workdir = Path(tempfile.mkdtemp(prefix="gpufleet-slices-"))
         self.export: dict[str, Any] = {}
         self.hosts: list[str] = []
         self.gpu_hosts: list[str] = []
@@ -464,12 +469,6 @@ class SlicesBench(Bench):
         return {k: v for k, v in self.co.env().items() if not k.startswith("ANSIBLE_")}
 
     def load_inventory(self) -> None:
-        if not self.inventory.is_file():
-            raise SystemExit(f"{self.inventory}: no inventory; run `gpufleet up --stack {self.stack} --gpu-nodes 16` "
-                             "first (this bench measures a running sandbox)")
-        if not self.runner.is_file():
-            raise SystemExit(f"{self.runner}: not installed; `.venv/bin/pip install --no-deps -r "
-                             "requirements-awx.lock` (the AWX path's ansible-runner)")
         env = self.env() | {"ANSIBLE_CONFIG": str(CHECKOUT / "ansible" / "ansible.cfg")}
         r = subprocess.run([str(self.co.bin / "ansible-inventory"), "-i", str(self.inventory), "--list", "--export"],
                            capture_output=True, text=True, env=env, cwd=CHECKOUT, check=False)
@@ -649,7 +648,9 @@ class SlicesBench(Bench):
         self.save()
 
     def cleanup(self) -> None:
-        if not self.keep:
+        if self.keep:
+            self.say(f"the jobs' private data dirs (events, runner output) are kept in {self.workdir}")
+        else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -672,6 +673,18 @@ def parse_slices(text: str) -> list[int]:
     return [1, *sorted(set(ks) - {1})]
 
 
+def preflight(stack: str) -> None:
+    """What the bench needs before it writes anything: the running stack's inventory and ansible-runner."""
+    inventory = CHECKOUT / "inventories" / stack / "hosts.yml"
+    if not inventory.is_file():
+        raise SystemExit(f"{inventory}: no inventory; run `gpufleet up --stack {stack} --gpu-nodes 16` first (this "
+                         "bench measures a running sandbox)")
+    runner = CHECKOUT / ".venv" / "bin" / "ansible-runner"
+    if not runner.is_file():
+        raise SystemExit(f"{runner}: not installed; run `.venv/bin/pip install --no-deps -r requirements-awx.lock` "
+                         "(the AWX path's ansible-runner)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.slices", description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--slices", default="1,2,4", help="slice counts K to measure (K = 1 is always measured first)")
@@ -680,13 +693,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", choices=("name", "inventory"), default="name",
                     help="host order slices are cut from: AWX's (by name) or the inventory's")
     ap.add_argument("--job-timeout", type=int, default=1800, help="env/settings job_timeout of each job, seconds")
-    ap.add_argument("--keep", action="store_true", help="keep the private data dirs (events) beside --out")
+    ap.add_argument("--keep", action="store_true", help="keep the jobs' private data dirs (a temp folder, printed)")
     ap.add_argument("--project-callbacks", action="store_true",
                     help="give the jobs gpufleet's callback folder in ANSIBLE_CALLBACK_PLUGINS (ansiballz cache, "
                     "preload); without it, as an AWX job runs, ansible.cfg's callback_plugins is not read")
     ap.add_argument("--out", type=Path, default=None, help="results path without suffix")
     args = ap.parse_args(argv)
     ks = parse_slices(args.slices)
+    preflight(args.stack)
     out = args.out or RESULTS / f"{datetime.now(UTC):%Y%m%d-%H%M}-slices"
     out.parent.mkdir(parents=True, exist_ok=True)
     bench = SlicesBench(out, stack=args.stack, order=args.order, job_timeout=args.job_timeout, keep=args.keep,

@@ -138,6 +138,11 @@ def test_private_data_dir_is_laid_out_as_awx_does(tmp_path: Path) -> None:
         "/v/ansible-runner", "run", str(pdd), "-p", "ansible/site.yml", "--ident", "slice0"]
 
 
+def test_no_running_stack_stops_before_anything_is_written() -> None:
+    with pytest.raises(SystemExit, match=r"inventories/no-such-stack/hosts\.yml: no inventory; run `gpufleet up"):
+        sl.preflight("no-such-stack")
+
+
 def test_slice_counts_start_with_one() -> None:
     assert sl.parse_slices("4,2") == [1, 2, 4]
     assert sl.parse_slices("1,2,2,8") == [1, 2, 8]
