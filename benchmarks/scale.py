@@ -189,15 +189,17 @@ def _f(v: float | None, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def render_markdown(doc: Mapping[str, Any]) -> str:
-    """The results as Markdown: machine facts, checkouts, one row per measured command."""
+def render_markdown(doc: Mapping[str, Any], *, title: str = "Scale bench",
+                    harness: str = "benchmarks.scale") -> str:
+    """The results as Markdown: machine facts, checkouts, one row per measured command (``title`` and the
+    ``harness`` module for benches that reuse the table, benchmarks/slices.py)."""
     m = doc["machine"]
     lines = [
-        f"# Scale bench, {doc['started']} to {doc.get('finished') or '(stopped early)'} UTC",
+        f"# {title}, {doc['started']} to {doc.get('finished') or '(stopped early)'} UTC",
         "",
         f"Machine: {m['cores']} cores, {m['memory_gib']:.1f} GiB memory, kernel {m['kernel']}, "
         f"docker {m['docker']}, cgroup v{m['cgroup_version']}, Python {m['python']}.",
-        "Harness: `python -m benchmarks.scale` (benchmarks/scale.py explains every column)."
+        f"Harness: `python -m {harness}` ({harness.replace('.', '/')}.py explains every column)."
         + (" Sittings (UTC): " + ", ".join(f"{a} to {b}" for a, b in doc["sittings"]) + "."
            if doc.get("sittings") else ""),
         "",

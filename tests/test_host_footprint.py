@@ -680,13 +680,42 @@ def test_under_site_yml_roles_leave_their_records_to_the_site_record(tmp_path: P
     assert nccl["probe"]["converged"] is False and cudnn["probe"]["reread"] is False
 
 
-def test_a_run_whose_site_record_is_refused_keeps_the_role_records(tmp_path: Path, host: Path) -> None:
-    """--limit refuses the site record (site reads the cluster): each role that reads only its own host records
-    as before, so what the limited run proved is not lost."""
-    run = _site_run(tmp_path, host, "--limit", "node")
+def test_a_limited_run_records_each_role_that_reads_only_its_host_with_the_last_reading(
+        tmp_path: Path, host: Path) -> None:
+    """--limit refuses the site scope (site reads the cluster). The site record writes instead, in its one write, an
+    entry for each role probed on the host that reads only the host, with the run's last reading: a no-op rerun of
+    a node converged with --limit skips them. Recorded as each role ended (before this), nccl's entry went stale when
+    cudnn changed the host after it, and the rerun ran nccl again (the bench's no-op rerun of a --limit converge:
+    25 s against 5 s)."""
+    changes = {"nccl": "NCCL_DEBUG=INFO\n", "cudnn": "NCCL_DEBUG=WARN\n"}
+    run = _site_run(tmp_path, host, "--limit", "node", changes=changes)
     nccl, cudnn = _agree(run)
-    assert nccl["record"]["reason"] == "recorded (nccl)" and cudnn["record"]["reason"] == "recorded (cudnn)"
-    assert run["site"]["reason"] == "not recorded: --limit leaves out hosts this role reads"
+    assert nccl["record"]["reason"] == "left to the site record (nccl)"
+    assert cudnn["record"]["reason"] == "left to the site record (cudnn)"
+    assert run["site"]["reason"] == "recorded (cudnn, nccl)"
+    stamp = json.loads((host / "var/lib/gpufleet/footprint.json").read_text())
+    assert set(stamp["scopes"]) == {"cudnn", "nccl"}  # no site scope: it would claim the cluster
+
+    # The no-op rerun with the same --limit: both probes hold, as the full readings do.
+    nccl, cudnn = _agree(_site_run(tmp_path, host, "--limit", "node", changes=changes))
+    assert nccl["probe"]["converged"] is True and cudnn["probe"]["converged"] is True
+    # An unlimited run holds too (the role entries), and its site record adds the site scope.
+    nccl, cudnn = _agree(_site_run(tmp_path, host, changes=changes))
+    assert nccl["probe"]["converged"] is True and cudnn["probe"]["converged"] is True
+    stamp = json.loads((host / "var/lib/gpufleet/footprint.json").read_text())
+    assert set(stamp["scopes"]) == {"cudnn", "nccl", "site"}
+
+
+def test_a_limited_run_gives_no_entry_to_a_role_that_reads_other_hosts() -> None:
+    """slurm.conf lists the cluster: under --limit slurm's probe ran but it gets no entry (issue 26, hole 5);
+    --start-at-task and --step are not a limited run (the per-role records stay, and refuse what they must)."""
+    plugin = _plugin()
+    readers = {"nccl": [], "slurm": ["groups"], "cudnn": []}
+    assert plugin.limited_scopes({"probed": ["slurm", "nccl", "cudnn", "site"]}, readers) == ["cudnn", "nccl"]
+    assert plugin.limit_only({"subset": "node"}) is True
+    assert plugin.limit_only({"subset": "node", "start_at_task": "x"}) is False
+    assert plugin.limit_only({"subset": "node", "step": True}) is False
+    assert plugin.limit_only({}) is False
 
 
 def test_site_yml_defers_the_role_records_of_every_play_it_imports() -> None:

@@ -18,8 +18,8 @@ description:
   - O(state=record) writes that digest to O(stamp) under O(scope), with the controller's O(inputs) digest (the role
     code and the host's variables) and O(cluster) digest (the inventory's groups). O(state=probe) reports
     C(converged) when the stamp holds, for one of O(scopes), the same inputs, the same cluster where
-    O(cluster_counts), and the same digest, no O(blockers) path exists and C(nvidia-smi) answered: the role's tasks
-    would change nothing (they are idempotent, which every Molecule scenario checks), so the role can be skipped.
+    O(cluster_counts), and the same digest, no O(blockers) path exists and C(nvidia-smi) answered (the role's tasks
+    would change nothing; they are idempotent, which every Molecule scenario checks), so the role can be skipped.
   - A record keeps only the scopes whose digest is the current one. The stamp holds digests only, no file content.
   - Read-only in check mode; O(state=record) writes nothing there.
 options:
@@ -29,7 +29,9 @@ options:
     choices: [probe, record]
     default: probe
   scopes:
-    description: The stamp scopes; probe accepts any of them (C(*) any recorded one), record writes the first.
+    description: >-
+      The stamp scopes; probe accepts any of them (C(*) any recorded one), record writes each (one reading,
+      one write).
     type: list
     elements: str
     required: true
@@ -506,10 +508,10 @@ def main() -> None:
                                     p["cluster_counts"])
         module.exit_json(changed=False, converged=converged, reason=reason, digest=digest, sections=sections,
                          recorded=stamp.get("scopes") or {}, blockers=blockers)
-    scope = p["scopes"][0]
     kept = {s: v for s, v in (stamp.get("scopes") or {}).items()
             if isinstance(v, dict) and v.get("footprint") == digest}
-    kept[scope] = {"inputs": p["inputs"], "footprint": digest, "cluster": p["cluster"]}
+    for scope in p["scopes"]:
+        kept[scope] = {"inputs": p["inputs"], "footprint": digest, "cluster": p["cluster"]}
     new = {"schema": SCHEMA, "scopes": kept, "sections": sections}
     if new != stamp and not module.check_mode:
         try:
@@ -517,7 +519,8 @@ def main() -> None:
         except OSError as e:
             module.fail_json(msg=f"{stamp_path}: {e}")
     # The stamp is gpufleet's own record of a converged state, not a setting of the host: never a change.
-    module.exit_json(changed=False, converged=False, reason=f"recorded ({scope})", digest=digest, sections=sections,
+    module.exit_json(changed=False, converged=False, reason=f"recorded ({', '.join(p['scopes'])})", digest=digest,
+                     sections=sections,
                      recorded=kept if not module.check_mode else stamp.get("scopes") or {}, blockers=blockers)
 
 

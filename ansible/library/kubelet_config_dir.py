@@ -8,14 +8,14 @@ DOCUMENTATION = r"""
 module: kubelet_config_dir
 short_description: Make the kubelet read a KubeletConfiguration drop-in directory (--config-dir)
 description:
-  - The kubelet reads the files of a drop-in directory only when it runs with C(--config-dir) (KEP-3983: beta,
+  - The kubelet reads the files of a drop-in directory only when it runs with C(--config-dir) (KEP-3983, beta
     on by default, from v1.31), and kubeadm's unit does not pass it.
   - Reads the kubelet unit as systemd assembles it (C(systemctl cat), drop-ins included, and the
     C(EnvironmentFile=) files it names) and expands the last C(ExecStart=) with its variables.
   - When the flag is there already, nothing is written (and a drop-in of ours is removed).
   - When the unit is kubeadm's layout (C(ExecStart=) uses C($KUBELET_CONFIG_ARGS), set by C(Environment=) in
     C(10-kubeadm.conf)), writes a systemd drop-in that sets C(KUBELET_CONFIG_ARGS) to its value plus
-    C(--config-dir). Why that variable and not C(KUBELET_EXTRA_ARGS): the latter comes from
+    C(--config-dir). Why that variable and not C(KUBELET_EXTRA_ARGS)? The latter comes from
     C(EnvironmentFile=/etc/default/kubelet) (C(/etc/sysconfig/kubelet)), which the packages ship with an empty
     C(KUBELET_EXTRA_ARGS=) and which overrides any C(Environment=) (systemd.exec); that file is the admin's,
     and C(/var/lib/kubelet/kubeadm-flags.env) is rewritten by kubeadm init, join and upgrade.

@@ -27,8 +27,12 @@ either.
 
 Under ``ansible/site.yml`` (``defer: true``, set by its imports) a role's record is left to the site record that
 the last play writes for every host that came through every play: one stamp write per host and run instead of
-one per role. A run whose site record would be refused (``partial_run``: ``--limit``, ``--start-at-task``,
-``--step``) keeps the per-role records, so what such a run proves is still recorded.
+one per role. Under ``--limit`` the site record writes, in that one write, an entry for each role probed on the
+host that reads nothing of other hosts (``limited_scopes``); the site scope, which claims the cluster, is refused.
+Recording each role as it ends would leave the earlier roles' entries stale as soon as a later role changed the
+host (an entry holds one reading of the whole host), so a no-op rerun of a node converged with ``--limit`` would
+run them all again. A run whose site record would be refused otherwise (``--start-at-task``, ``--step``) keeps the
+per-role records, so what such a run proves is still recorded.
 """
 
 from __future__ import annotations
@@ -190,6 +194,19 @@ def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, pr
     return ""
 
 
+def limit_only(cliargs: Mapping[str, Any]) -> bool:
+    """A --limit run that is otherwise whole: every task of every play ran on each host it reached."""
+    return bool(cliargs.get("subset")) and not cliargs.get("start_at_task") and not cliargs.get("step")
+
+
+def limited_scopes(previous: Mapping[str, Any], readers: Mapping[str, Any]) -> list[str]:
+    """What the site record of a --limit run writes instead of the site scope: every role whose probe ran on this
+    host this run and that reads nothing beyond it. Each ran whole here (or held), and the reading is the run's
+    last, so an entry per role with it is what the site record would say for that role, while a role that reads
+    other hosts (slurm.conf lists the cluster) gets no entry (issue 26, hole 5)."""
+    return [s for s in sorted(previous.get("probed") or []) if s in readers and not reads_cluster(s, readers)]
+
+
 def inputs_digest(variables: Mapping[str, Any], exclude: list[str], ansible_version: str) -> str:
     payload = {"code": code_digest(), "ansible": ansible_version,
                "vars": select_inputs(variables, role_prefixes(), exclude, default_names())}
@@ -282,15 +299,22 @@ class ActionModule(ActionBase):
                 result.update(reused, **carried)
                 return result
         else:
-            why = partial_run(ansible.context.CLIARGS, scopes[0] if scopes else "site", counts, previous, readers)
-            if why:
+            cli = ansible.context.CLIARGS
+            why = partial_run(cli, scopes[0] if scopes else "site", counts, previous, readers)
+            limited = limited_scopes(previous, readers) if scopes == ["site"] and limit_only(cli) else []
+            if why and limited:
+                # A --limit run: the site scope would claim the cluster, the roles that read only this host are
+                # recorded with the run's last reading, in the one write the site record would have been.
+                args["scopes"] = scopes = limited
+                counts = False
+            elif why:
                 # Not a change and not the record: the next run's probe finds no record for this state.
                 result.update(changed=False, converged=False, reason=f"not recorded: {why}", reread=False, **carried)
                 return result
-            if (held := already_recorded(previous, scopes[:1], inputs, cluster)) is not None:
+            if not limited and (held := already_recorded(previous, scopes[:1], inputs, cluster)) is not None:
                 result.update(held, **carried)
                 return result
-            if defer and not partial_run(ansible.context.CLIARGS, "site", True, previous):
+            if defer and (not partial_run(cli, "site", True, previous) or limit_only(cli)):
                 # No reading: the role may have changed the host. The stamp read earlier this run is still the
                 # stamp (nothing was written), so later probes keep answering from it.
                 kept = previous.get("recorded")
