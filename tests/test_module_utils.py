@@ -18,6 +18,7 @@ LINKS = {
     "ansible/module_utils/gpufleet_local_scratch.py": "local_scratch.py",
     "ansible/module_utils/gpufleet_files.py": "files.py",
     "ansible/module_utils/gpufleet_apt_sources.py": "apt_sources.py",
+    "ansible/module_utils/gpufleet_slurm_node.py": "slurm_node.py",
     "ansible/filter_plugins/gpufleet_power_limit.py": "power_limit.py",
     "ansible/filter_plugins/gpufleet_topology.py": "topology.py",
 }

@@ -4,6 +4,7 @@ parameters and timeouts issue 29 asks for, and the preflight's refusal of values
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,24 @@ def test_health_check_program_prolog_and_epilog(tmp_path: Path) -> None:
                          slurm_healthcheck_prolog=False, slurm_healthcheck_epilog=False)
     assert rc == 0, log
     assert not {"HealthCheckProgram", "Prolog", "Epilog"} & set(_settings(out2 / "ctl.slurm.conf"))
+
+
+@pytest.mark.parametrize(("group", "line"), [
+    ({}, "CPUs=1 RealMemory=1024"),
+    ({"slurm_node_cpus": 192, "slurm_node_layout": "Sockets=2 CoresPerSocket=48 ThreadsPerCore=2",
+      "slurm_node_real_memory_mb": 2000000},
+     "CPUs=192 Sockets=2 CoresPerSocket=48 ThreadsPerCore=2 RealMemory=2000000"),
+])
+def test_node_hardware_compared_with_slurmd_c_is_what_slurm_conf_declares(
+        tmp_path: Path, group: dict[str, object], line: str) -> None:
+    # Issue 29 point 1: the slurm_node_hardware task (tasks/config.yml) compares slurmd -C with __slurm_node_hardware;
+    # the NodeName line slurmctld reads carries the same declaration, so the check and slurmctld judge one thing.
+    from gpufleet.module_utils.slurm_node import declared_layout, parse_fields
+
+    rc, log, out = _run(tmp_path, ["slurm.conf"], dump_vars=["__slurm_node_hardware"], **group)
+    assert rc == 0, log
+    declared = json.loads((out / "gpu-0.vars.json").read_text())["__slurm_node_hardware"]
+    assert declared == line
+    node = [ln for ln in _lines(out / "gpu-0.slurm.conf") if ln.startswith("NodeName=")]
+    assert node == [f"NodeName=gpu-0 {line} Gres=gpu:8 State=UNKNOWN"]
+    assert declared_layout(parse_fields(node[0])) == declared_layout(parse_fields(declared))

@@ -42,8 +42,13 @@ def test_only_the_driver_change_needed_a_drain(host):
     assert report["hosts"][CONTROL]["drifted"] is False
     result = json.loads((OUT / "remediate.json").read_text())
     outcomes = {o["host"]: o for o in result["remediation"]["outcomes"]}
-    assert outcomes[DRIVER_NODE] == {"host": DRIVER_NODE, "drained": True, "ok": True, "resumed": True, "message": "",
-                                     "notices": []}
+    driver = dict(outcomes[DRIVER_NODE])
+    # Where the converge runs roles/slurm on the node, it says that slurm.conf declares another node than the
+    # container's slurmd -C finds (the test bed's config_overrides: tasks/config.yml); the run says nothing else.
+    from gpufleet.module_utils.slurm_node import NOTICE_EVENT
+
+    assert [n for n in driver.pop("notices") if not n.startswith(f"{NOTICE_EVENT} on {DRIVER_NODE}: ")] == []
+    assert driver == {"host": DRIVER_NODE, "drained": True, "ok": True, "resumed": True, "message": ""}
     assert outcomes[SETTINGS_NODE]["drained"] is False and outcomes[SETTINGS_NODE]["ok"] is True
     # --batch 1: one host out of service at a time
     assert all(len(b) == 1 for b in result["remediation"]["batches"])

@@ -147,6 +147,64 @@ def test_containers_give_slurmd_no_writable_cgroup_tree(host):
     assert r.rc != 0 and "Read-only file system" in r.stderr, (r.rc, r.stderr)
 
 
+def _node_line(host, node):
+    """The NodeName line slurm.conf declares for ``node`` (the same file on every Slurm host)."""
+    conf = host.file("/etc/slurm/slurm.conf").content_string
+    return next(ln for ln in conf.splitlines() if ln.startswith(f"NodeName={node} "))
+
+
+@pytest.mark.parametrize("gpu_node", NODES)
+def test_scontrol_show_node_is_what_slurm_conf_declares(host, gpu_node):
+    # Issue 29 point 1, where isolation cannot be proven (molecule.yml): slurmctld holds each GPU node as slurm.conf
+    # declares it (config_overrides: the declared 8x H100 layout, not the container's CPUs), read with the role's
+    # grammar of Slurm node records (gpufleet/module_utils/slurm_node.py).
+    if host.backend.get_hostname() != CONTROL:
+        pytest.skip("asked on the controller")
+    from gpufleet.module_utils.slurm_node import parse_fields
+
+    conf = parse_fields(_node_line(host, gpu_node))
+    shown = parse_fields(host.check_output(f"scontrol --oneliner show node {gpu_node}"))
+    keys = ("Sockets", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
+    assert (shown["CPUTot"], *(shown[k] for k in keys)) == (conf["CPUs"], *(conf[k] for k in keys)), shown
+    # scontrol adds the sockets gres.conf's Cores= put the GPUs on: gpu:8(S:0-1) for slurm.conf's gpu:8.
+    assert re.sub(r"\(S:[^)]*\)$", "", shown["Gres"]) == conf["Gres"] == "gpu:8", shown
+
+
+def test_the_roles_slurmd_c_reading_is_the_containers_and_is_reported(host):
+    # The role's check (module slurm_node_hardware, tasks/config.yml) with what the role gives it: slurm.conf's
+    # declaration for the node and config_overrides. Its reading is slurmd -C's on this container (2 CPUs on the test
+    # machine against the 192 declared), reported as the run summary's notice; without config_overrides the same
+    # reading fails, as slurmctld would drain the node.
+    name = host.backend.get_hostname()
+    if name not in NODES:
+        pytest.skip("slurmd runs on the GPU nodes")
+    from gpufleet.module_utils.slurm_node import (
+        NOTICE_EVENT,
+        declared_layout,
+        parse_fields,
+        parse_slurmd_c,
+        verdict,
+    )
+
+    r = host.run("slurmd -C")
+    assert r.rc == 0, r.stdout + r.stderr
+    _, found = parse_slurmd_c(r.stdout)
+    declared = declared_layout(parse_fields(_node_line(host, name)))
+    assert declared.cpus == 192 and found.cpus < declared.cpus, (found, declared)
+    args = f"declared='{_node_line(host, name)}' node={name}"
+    res = host.ansible("slurm_node_hardware", f"{args} config_overrides=true", check=False)
+    assert res["changed"] is False and res["found"] == found.to_dict(), res
+    notice = res["gpufleet_notice"]
+    assert notice == verdict(name, declared, found, True).notice, res
+    assert notice["event"] == NOTICE_EVENT
+    assert notice["detail"].startswith(f"CPUs declared 192, slurmd -C {found.cpus};"), notice
+    with pytest.raises(host.ansible.AnsibleException) as failed:
+        host.ansible("slurm_node_hardware", f"{args} config_overrides=false", check=False)
+    msg = failed.value.result["msg"]
+    assert msg.startswith(f"slurm: {name}: slurm.conf declares more than slurmd -C finds (CPUs declared 192, "
+                          f"slurmd -C {found.cpus};") and "INVALID_REG" in msg, msg
+
+
 def test_controller_runs_the_plugins_the_inventory_set(host):
     if host.backend.get_hostname() != CONTROL:
         pytest.skip("asked on the controller")

@@ -1,0 +1,1 @@
+../../gpufleet/module_utils/slurm_node.py
