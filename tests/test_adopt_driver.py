@@ -54,9 +54,9 @@ def test_debians_own_driver_is_refused_with_what_why_and_the_fix(tmp_path: Path,
     # why, and that nothing changed
     assert "install driver 570.172.08 from NVIDIA's CUDA repository" in log and "Nothing was changed." in log
     # the fix, both ways, with the host's own versions and names
-    assert (f"nvidia_driver_source: distro, nvidia_driver_version: 535.261.03, nvidia_driver_distro_version: "
-            f"{DEBIAN}, nvidia_driver_distro_packages: [{SMI}, {CUDA}]") in log
-    assert f"apt-get purge {SMI} {CUDA}" in log
+    assert f"drain the node, remove them (apt-get purge {SMI} {CUDA}) and converge again" in log
+    assert (f"nvidia_driver_source: distro, nvidia_driver_version: 535.261.03, nvidia_driver_branch: 535, "
+            f"nvidia_driver_distro_version: {DEBIAN}, nvidia_driver_distro_packages: [{SMI}, {CUDA}].") in log
     assert log.count("runs the distribution's own NVIDIA driver") == 1
 
 
