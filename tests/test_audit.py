@@ -247,7 +247,7 @@ def test_the_foreign_kinds_definition_is_plain_data_the_audit_and_docs_know() ->
     kinds: dict[str, Any] = yaml.safe_load(text)
     assert set(kinds) == {"cuda_keyring", "debian_nonfree", "nvidia_role"}
     fields = {"title", "keyrings", "sources", "install", "sources_after", "files", "services", "gpu_standin",
-              "expect"}
+              "expect", "adopt"}
     emitted = set(re.findall(r'Finding\("([a-z-]+)"', (REPO_ROOT / "gpufleet" / "audit" / "findings.py").read_text()))
     docs = (REPO_ROOT / "docs" / "audit.md").read_text()
     for name, kind in kinds.items():
@@ -260,7 +260,7 @@ def test_the_foreign_kinds_definition_is_plain_data_the_audit_and_docs_know() ->
         assert f"`{fid}`" in docs, f"docs/audit.md does not explain finding {fid}"
     # The maker reads every field that makes state (title and expect are for people and the verifier).
     maker = (REPO_ROOT / "molecule" / "shared" / "foreign.yml").read_text()
-    assert set(re.findall(r"__kind\.([a-z_]+)", maker)) == fields - {"title", "expect"}
+    assert set(re.findall(r"__kind\.([a-z_]+)", maker)) == fields - {"title", "expect", "adopt"}
 
 
 # --- proposed stack -------------------------------------------------------------------------------------------
