@@ -104,6 +104,7 @@ INVENTORY_SCRIPT = "#! /usr/bin/env python3\n# -*- coding: utf-8 -*-\nprint(%r)\
 GOALS: tuple[tuple[int, int, float], ...] = ((1000, 1, 60.0), (1000, 4, 20.0))
 
 Order = Literal["name", "inventory"]
+Mode = Literal["limit", "slice"]
 
 
 # --------------------------------------------------------------------------------------------- AWX's rules
@@ -241,7 +242,7 @@ def awx_settings(job_timeout: int) -> dict[str, Any]:
 
 
 def write_private_data_dir(pdd: Path, *, project: Path, inventory: Mapping[str, Any], template: JobTemplate,
-                           envvars: Mapping[str, str], job_timeout: int) -> Path:
+                           envvars: Mapping[str, str], job_timeout: int, limit: str | None = None) -> Path:
     """An ansible-runner private data dir laid out as AWX lays out a job's (see the module's docstring)."""
     pdd.mkdir(parents=True)
     (pdd / "project").symlink_to(project.resolve(), target_is_directory=True)
@@ -254,7 +255,9 @@ def write_private_data_dir(pdd: Path, *, project: Path, inventory: Mapping[str, 
     (env / "extravars").write_text(json.dumps(template.extra_vars), encoding="utf-8")
     (env / "settings").write_text(json.dumps(awx_settings(job_timeout)), encoding="utf-8")
     (env / "envvars").write_text(json.dumps(dict(envvars)), encoding="utf-8")
-    (env / "cmdline").write_text(shlex.join(template.cmdline()), encoding="utf-8")
+    # A workflow node's limit reaches the job as RunJob.build_args' ``--limit``.
+    args = template.cmdline() + (["--limit", limit] if limit else [])
+    (env / "cmdline").write_text(shlex.join(args), encoding="utf-8")
     return pdd
 
 
@@ -437,8 +440,9 @@ class SlicesBench(Bench):
     """benchmarks/scale.py's bench (machine facts, controller cgroup, idle node CPU, saving) for slice runs."""
 
     def __init__(self, out: Path, *, stack: str, order: Order, job_timeout: int, keep: bool,
-                 project_callbacks: bool = False) -> None:
+                 project_callbacks: bool = False, mode: Mode = "limit") -> None:
         super().__init__(out, out.with_suffix(".log"))
+        self.mode = mode
         self.stack = stack
         self.order = order
         self.job_timeout = job_timeout
@@ -448,7 +452,7 @@ class SlicesBench(Bench):
         self.runner = self.co.bin / "ansible-runner"
         self.inventory = CHECKOUT / "inventories" / stack / "hosts.yml"
         self.template = drift_job_template()
-        self.doc.update({"stack": stack, "order": order, "slices": [], "model": {},
+        self.doc.update({"stack": stack, "order": order, "mode": mode, "slices": [], "model": {},
                          "project_callbacks": project_callbacks,
                          "template": asdict(self.template) | {"cmdline": self.template.cmdline()}})
         # Every job's private data dir, events included (thousands of files a job): outside the checkout.
@@ -485,9 +489,28 @@ class SlicesBench(Bench):
                  f"job template {self.template.name!r}: {self.template.playbook} {shlex.join(self.template.cmdline())}")
         self.save()
 
-    def run_job(self, name: str, slices: Sequence[Sequence[str]], op: str) -> tuple[Measurement, list[SliceResult]]:
-        """One ``ansible-runner run`` process per slice, all at once; measured as one command."""
+    def limit_hosts(self, patterns: Sequence[str]) -> list[list[str]]:
+        """Each ``--limit`` pattern's hosts, as ansible resolves it over the jobs' inventory script."""
+        base = self.workdir / "patterns"
+        base.mkdir(exist_ok=True)
+        script = base / "hosts"
+        script.write_text(INVENTORY_SCRIPT % json.dumps(self.export), encoding="utf-8")
+        script.chmod(0o700)
+        out = []
+        for p in patterns:
+            r = subprocess.run([str(self.co.bin / "ansible"), "all", "-i", str(script), "--list-hosts", "--limit", p],
+                               capture_output=True, text=True, env=self.env(), cwd=CHECKOUT, check=False)
+            if r.returncode != 0:
+                raise SystemExit(f"--limit {p!r} over the inventory: {r.stderr.strip()[-800:]}")
+            out.append([ln.strip() for ln in r.stdout.splitlines()[1:] if ln.strip()])
+        return out
+
+    def run_job(self, name: str, slices: Sequence[Sequence[str]], op: str,
+                limits: Sequence[str | None] | None = None) -> tuple[Measurement, list[SliceResult]]:
+        """One ``ansible-runner run`` process per slice, all at once; measured as one command. With ``limits``,
+        every process gets the whole inventory and its slice's ``--limit`` (the parallel drift workflow)."""
         k = len(slices)
+        limits = list(limits) if limits is not None else [None] * k
         self._counts = {}
         base = self.workdir / name
         if base.exists():
@@ -495,13 +518,15 @@ class SlicesBench(Bench):
         cmds = []
         for i, hosts in enumerate(slices):
             pdd = base / f"slice{i}"
-            write_private_data_dir(pdd, project=CHECKOUT, inventory=slice_inventory(self.export, hosts),
+            inventory = self.export if limits[i] is not None else slice_inventory(self.export, hosts)
+            write_private_data_dir(pdd, project=CHECKOUT, inventory=inventory,
                                    template=self.template,
                                    envvars=ee_envvars(pdd, CHECKOUT, project_callbacks=self.project_callbacks),
-                                   job_timeout=self.job_timeout)
+                                   job_timeout=self.job_timeout, limit=limits[i])
             cmds.append(runner_command(self.runner, pdd, self.template, f"slice{i}"))
         self.say(f"[K={k}] {op}: {len(cmds)} x {shlex.join(cmds[0][:2])} <pdd> "
-                 f"{shlex.join(cmds[0][3:])} (hosts per slice: {', '.join(str(len(s)) for s in slices)})")
+                 f"{shlex.join(cmds[0][3:])} (hosts per slice: {', '.join(str(len(s)) for s in slices)}"
+                 + (f"; limits {', '.join(str(x) for x in limits)})" if any(limits) else ")"))
         env = self.env()
         load0, node0, eng0, cg0 = os.getloadavg()[0], node_cpu_s(), engine_cpu_s(), self.cgroup.cpu_s()
         ru0 = _children_cpu()
@@ -574,15 +599,22 @@ class SlicesBench(Bench):
         self.doc["model"]["fixed_source"] = "ansible-runner over an inventory without hosts, measured"
 
     def slices(self, k: int) -> None:
-        parts = slice_hosts(self.hosts, k)
-        m, results = self.run_job(f"k{len(parts)}", parts, f"drift, ansible-runner, {len(parts)} slice(s)")
+        if self.mode == "limit":
+            limits: list[str | None] = list(sm.drift_limits(len(self.hosts), k))
+            parts = self.limit_hosts([str(x) for x in limits])
+            what = "whole inventory, --limit per job"
+        else:
+            parts, limits, what = slice_hosts(self.hosts, k), [None] * k, "AWX job slicing"
+        m, results = self.run_job(f"k{len(parts)}", parts, f"drift, ansible-runner, {len(parts)} job(s), {what}",
+                                  limits=limits)
         counts: dict[str, TaskCount] = {}
         for c in self._counts.values():
             counts.update(c)
         items = sorted(i for r in results for i in (r.items or []))
         ok = sum(1 for r in results if r.report_ok)
         self.record(m, counts=counts, changed=len(items), note=f"{ok}/{len(results)} slice reports ok")
-        row: dict[str, Any] = {"k": len(parts), "requested_k": k, "wall_s": m.wall_s,
+        row: dict[str, Any] = {"k": len(parts), "requested_k": k, "mode": self.mode, "limits": limits,
+                               "wall_s": m.wall_s,
                                "controller_cpu_s": m.controller_cpu_s,
                                "slices": [asdict(r) for r in results], "problems": []}
         union = sorted({h for r in results for h in (r.report_hosts or [])})
@@ -690,6 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--slices", default="1,2,4", help="slice counts K to measure (K = 1 is always measured first)")
     ap.add_argument("--stack", default=STACK, help="the running stack whose inventory is sliced (node CPU is "
                     f"measured for the {STACK!r} stack's containers only)")
+    ap.add_argument("--mode", choices=("limit", "slice"), default="limit",
+                    help="limit: K jobs over the whole inventory, a --limit each (ansible/awx's parallel drift "
+                    "workflow); slice: AWX's job slicing (each job's inventory holds only its hosts)")
     ap.add_argument("--order", choices=("name", "inventory"), default="name",
                     help="host order slices are cut from: AWX's (by name) or the inventory's")
     ap.add_argument("--job-timeout", type=int, default=1800, help="env/settings job_timeout of each job, seconds")
@@ -704,7 +739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or RESULTS / f"{datetime.now(UTC):%Y%m%d-%H%M}-slices"
     out.parent.mkdir(parents=True, exist_ok=True)
     bench = SlicesBench(out, stack=args.stack, order=args.order, job_timeout=args.job_timeout, keep=args.keep,
-                        project_callbacks=args.project_callbacks)
+                        project_callbacks=args.project_callbacks, mode=args.mode)
     try:
         bench.load_inventory()
         if args.stack != STACK:

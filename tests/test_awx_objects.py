@@ -120,8 +120,9 @@ def test_job_templates_loop_items_are_valid_job_types() -> None:
     assert kinds == {"gpufleet converge": "run", "gpufleet drift": "check", "gpufleet remediate batch": "run",
                      "gpufleet validate": "run"}
     assert set(kinds.values()) <= set(choices)
-    # A rolling batch must not be sliced: slices run at once.
-    assert next(i for i in task["loop"] if i["name"] == "gpufleet remediate batch")["slices"] == 1
+    # No job template is sliced by AWX: a slice's inventory holds only its hosts, and site.yml reads the cluster.
+    assert task["awx.awx.job_template"]["job_slice_count"] == 1
+    assert all("slices" not in i for i in task["loop"])
     for item in task["loop"]:
         assert (REPO_ROOT / item["playbook"]).is_file(), item["playbook"]
 
@@ -131,7 +132,8 @@ def test_a_typo_in_an_awx_task_is_caught() -> None:
     assert check_args({**args, "job_slice_cont": 3}, argument_spec(module), name) == [
         f"{name}: unknown option 'job_slice_cont'"]
     assert check_args({**args, "job_type": "dry"}, argument_spec(module), name)
-    wf_name, wf_module, wf = next(t for t in awx_tasks() if t[1] == "workflow_job_template")
+    wf_name, wf_module, wf = next(t for t in awx_tasks()
+                                  if t[1] == "workflow_job_template" and "workflow_nodes" in t[2])
     bad = {**wf, "workflow_nodes": [{**wf["workflow_nodes"][0], "sucess_nodes": []}]}
     assert check_args(bad, argument_spec(wf_module), wf_name)
 
@@ -211,3 +213,55 @@ def test_awx_slices_is_the_fewest_that_meets_the_target() -> None:
     # Unreachable target: the best count, not a failure.
     k2, p2 = sm.awx_slices(op, fleet, 1.0)
     assert p2.wall_s > 1.0 and 1 <= k2 <= sm.MAX_AWX_SLICES
+
+
+def _hosts_of(patterns: list[str], hosts: int, tmp_path: Path) -> list[list[str]]:
+    """Each pattern's hosts as ansible resolves it over an inventory of ``hosts`` hosts (in-process, no run)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    inv_file = tmp_path / f"inv{hosts}.yml"
+    inv_file.write_text(yaml.safe_dump({"all": {"children": {
+        "control": {"hosts": {"control-0": None}},
+        "gpu": {"hosts": {f"gpu-{i}": None for i in range(hosts - 1)}}}}}))
+    inv = InventoryManager(loader=DataLoader(), sources=[str(inv_file)])
+    return [[h.name for h in inv.get_hosts(p)] for p in patterns]
+
+
+@pytest.mark.parametrize(("hosts", "k"), [(1, 1), (2, 4), (5, 4), (17, 1), (17, 2), (17, 4), (1000, 5), (1001, 64)])
+def test_drift_limits_split_the_inventory_into_k_nonempty_disjoint_parts(hosts: int, k: int, tmp_path: Path) -> None:
+    patterns = sm.drift_limits(hosts, k)
+    assert len(patterns) == min(hosts, k)
+    parts = _hosts_of(patterns, hosts, tmp_path)
+    everyone = [h for part in parts for h in part]
+    assert all(parts), f"an empty job: {patterns}"
+    assert len(everyone) == len(set(everyone)) == hosts
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_drift_limits_last_range_takes_hosts_added_after_sizing(tmp_path: Path) -> None:
+    patterns = sm.drift_limits(1000, 5)
+    parts = _hosts_of(patterns, 1010, tmp_path)
+    assert sum(map(len, parts)) == 1010 and len(parts[-1]) == 210
+
+
+def test_the_scheduled_drift_is_the_parallel_workflow_of_the_sizings_limits() -> None:
+    plays = yaml.safe_load(PLAYBOOK.read_text())
+    tasks = plays[0]["tasks"]
+    wf = next(t["awx.awx.workflow_job_template"] for t in tasks
+              if t.get("awx.awx.workflow_job_template", {}).get("name") == "gpufleet drift (parallel)")
+    node_task = next(t for t in tasks if "awx.awx.workflow_job_template_node" in t)
+    node = node_task["awx.awx.workflow_job_template_node"]
+    assert node["workflow_job_template"] == wf["name"]
+    assert node["unified_job_template"] == "gpufleet drift" and node["limit"] == "{{ item }}"
+    assert node_task["loop"] == "{{ gpufleet_awx_drift_limits }}"
+    schedule = next(t["awx.awx.schedule"] for t in tasks if "awx.awx.schedule" in t)
+    assert schedule["unified_job_template"] == wf["name"]
+    # The committed sizing's limits are the model's split of its node count.
+    sizing = yaml.safe_load((PLAYBOOK.parent / "sizing.yml").read_text())
+    header = (PLAYBOOK.parent / "sizing.yml").read_text().splitlines()[1]
+    nodes = int(re.search(r"(\d+) nodes", header).group(1))  # type: ignore[union-attr]
+    limits = sizing["gpufleet_awx_drift_limits"]
+    assert limits == sm.drift_limits(nodes, len(limits)) and len(limits) > 1
+    # The playbook's own default: one job over everything.
+    assert plays[0]["vars"]["gpufleet_awx_drift_limits"] == ["all"]

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from benchmarks import slices as sl
 from benchmarks.scale import Measurement
 from gpufleet.ansible_run.job_events import read_job_events
 from gpufleet.bench import scale_model as sm
+from gpufleet.cli import app
 from gpufleet.drift.runner import report_from_events
 
 RUNNER = Path(sys.executable).parent / "ansible-runner"
@@ -291,3 +293,66 @@ def test_ansible_runner_runs_a_slice_job_from_this_layout(tmp_path: Path) -> Non
     assert sorted(report.hosts) == part == ["a", "c"]
     assert report.drifted_hosts == ["a", "c"]
     assert target.read_text() == "have\n", "check mode changed the file"
+
+
+def test_ansible_runner_runs_a_limited_job_over_the_whole_inventory(tmp_path: Path) -> None:
+    # The parallel drift workflow's job: every host in the inventory (so `groups` is the cluster's), one --limit.
+    project = tmp_path / "project"
+    (project / "ansible").mkdir(parents=True)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (project / "ansible" / "site.yml").write_text(yaml.safe_dump([{
+        "name": "Fixture", "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "What a template reading the groups would see", "ansible.builtin.copy": {
+            "content": "{{ groups['gpu'] | join(',') }}\n", "dest": f"{seen}/{{{{ inventory_hostname }}}}",
+            "mode": "0644"}}]}]))
+    (project / "ansible" / "ansible.cfg").write_text("[defaults]\n")
+    hosts = ["a", "b", "c", "d", "e"]
+    export = {"all": {"children": ["ungrouped", "gpu"]}, "gpu": {"hosts": hosts},
+              "_meta": {"hostvars": {h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                                     for h in hosts}}}
+    template = sl.drift_job_template()
+    limits = sm.drift_limits(len(hosts), 2)
+    assert limits == ["all[0:1]", "all[2:]"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["PATH"] = f"{RUNNER.parent}{os.pathsep}{env.get('PATH', '')}"
+    reported: list[str] = []
+    for i, limit in enumerate(limits):
+        pdd = sl.write_private_data_dir(tmp_path / f"pdd{i}", project=project, inventory=export, template=template,
+                                        envvars=sl.ee_envvars(tmp_path / f"pdd{i}", project), job_timeout=300,
+                                        limit=limit)
+        assert (pdd / "env" / "cmdline").read_text().endswith(f"--limit '{limit}'")
+        run = subprocess.run(sl.runner_command(RUNNER, pdd, template, f"job{i}"), capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        report, _ = report_from_events(read_job_events(pdd))
+        reported += sorted(report.hosts)
+        # Check mode and a diff per host: every host of the range would get the whole group's list.
+        assert report.drifted_hosts == sorted(report.hosts)
+        assert all("+a,b,c,d,e\n" in (item.diff or "") for item in report.items) and report.items
+    assert sorted(reported) == hosts and len(reported) == len(set(reported))
+    # One job over everything gives the report the jobs' events give together (`drift --events A --events B`).
+    whole = sl.write_private_data_dir(tmp_path / "whole", project=project, inventory=export, template=template,
+                                      envvars=sl.ee_envvars(tmp_path / "whole", project), job_timeout=300,
+                                      limit=sm.drift_limits(len(hosts), 1)[0])
+    run = subprocess.run(sl.runner_command(RUNNER, whole, template, "whole"), capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    one = CliRunner().invoke(app, ["drift", "--events", str(whole), "--json", "--textfile", str(tmp_path / "1.prom")])
+    both = CliRunner().invoke(app, ["drift", "--events", str(tmp_path / "pdd0"), "--events", str(tmp_path / "pdd1"),
+                                    "--json", "--textfile", str(tmp_path / "2.prom")])
+    assert one.exit_code == both.exit_code == 2, both.output
+    a, b = json.loads(one.stdout), json.loads(both.stdout)
+    assert sorted(a["hosts"]) == sorted(b["hosts"]) == hosts
+    key = lambda i: (i["host"], i["task"])  # noqa: E731
+    assert sorted(a["items"], key=key) == sorted(b["items"], key=key)
+    def metrics(name: str) -> list[str]:  # the run's timestamp aside
+        return sorted(ln for ln in (tmp_path / name).read_text().splitlines() if "_timestamp_seconds{" not in ln)
+
+    assert metrics("1.prom") == metrics("2.prom")
+    # The same job's events twice: overlapping ranges are an error, not a silently doubled host.
+    twice = CliRunner().invoke(app, ["drift", "--events", str(tmp_path / "pdd0"), "--events", str(tmp_path / "pdd0"),
+                                     "--json", "--textfile", str(tmp_path / "3.prom")])
+    assert twice.exit_code == 1
+    assert any("checked by job 1 and job 2" in e for e in json.loads(twice.stdout)["errors"])
+    assert not any(seen.iterdir()), "check mode wrote a file"

@@ -23,6 +23,7 @@ assumed, with the predictions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -165,6 +166,24 @@ def awx_slices(op: OpCost, fleet: Fleet, target_s: float) -> tuple[int, Predicti
             best = (k, p)
     assert best is not None
     return best
+
+
+def drift_limits(hosts: int, k: int) -> list[str]:
+    """The ``--limit`` of each of ``k`` parallel drift jobs over one inventory of ``hosts`` hosts.
+
+    AWX's own job slicing cannot run site.yml: each slice's inventory holds only its hosts, so ``groups`` (which
+    slurm.conf is rendered from) shrinks and slurm's cluster checks fail (measured, benchmarks/slices.py). Jobs that
+    each get the whole inventory and a ``--limit`` keep the cluster whole. Index ranges of ``all`` (inclusive, as
+    ansible's subscripts are) split any inventory, since every job orders the same hosts the same way; the last is
+    open, so hosts added after sizing land in it. ``k`` is capped at ``hosts``: no job is empty."""
+    if hosts < 1 or k < 1:
+        raise ValueError(f"hosts ({hosts}) and k ({k}) must be at least 1")
+    k = min(k, hosts)
+    if k == 1:
+        return ["all"]
+    starts = [i * hosts // k for i in range(k)]
+    out = [f"all[{a}:{b - 1}]" for a, b in itertools.pairwise(starts)]
+    return [*out, f"all[{starts[-1]}:]"]
 
 
 # ------------------------------------------------------------------------------------------ from the bench

@@ -132,9 +132,14 @@ def write_awx_vars(path: Path, costs: list[Any], fleet: Any, target_s: float) ->
     k, p = sm.awx_slices(drift, replace(fleet, slices=1), target_s)
     text = (f"---\n# AWX/AAP sizing from the scale model (gpufleet bench scale-model): {fleet.nodes} nodes, "
             f"{fleet.controller_cores:g} cores per execution node;\n"
-            f"# predicted drift check {p.wall_s:.0f} s over {k} slice(s) ({p.hosts_per_slice} hosts each, bound: "
+            f"# predicted drift check {p.wall_s:.0f} s over {k} parallel job(s) ({p.hosts_per_slice} hosts each, "
+            f"bound: "
             f"{p.bound}); target {target_s:g} s.\n"
-            f"gpufleet_awx_forks: {fleet.forks}\ngpufleet_awx_job_slice_count: {k}\n")
+            f"gpufleet_awx_forks: {fleet.forks}\n"
+            f"# The parallel drift workflow's jobs: each runs the whole inventory with one --limit (AWX's own job\n"
+            f"# slicing would hand each slice only its hosts, and site.yml reads the cluster).\n"
+            "gpufleet_awx_drift_limits:\n"
+            + "".join(f'  - "{lim}"\n' for lim in sm.drift_limits(fleet.nodes, k)))
     try:
         with path.open("x", encoding="utf-8") as f:
             f.write(text)
@@ -145,7 +150,7 @@ def write_awx_vars(path: Path, costs: list[Any], fleet: Any, target_s: float) ->
         raise InputError.one(str(path), f"cannot write: {e.strerror or e}", "pass a writable path",
                              key="--awx-vars", kind="invalid option") from None
     # stderr: stdout may be --json's.
-    console_for(stderr=True).print(f"wrote {path}: forks {fleet.forks}, job_slice_count {k} (drift "
+    console_for(stderr=True).print(f"wrote {path}: forks {fleet.forks}, {k} parallel drift job(s) (drift "
                                    f"{p.wall_s:.0f} s predicted)", highlight=False)
 
 

@@ -21,6 +21,7 @@ from gpufleet.drift import (
     render_textfile,
     write_textfile,
 )
+from gpufleet.drift.report import merge_reports
 from gpufleet.drift.runner import (
     SITE,
     AnsibleExecutor,
@@ -72,20 +73,22 @@ def drift_command(
     inventory: InventoryOpt = None,
     playbook: PlaybookOpt = SITE,
     record: Annotated[Path | None, typer.Option(help="Save the check run's scrubbed events (JSON lines).")] = None,
-    events: Annotated[Path | None, typer.Option(
+    events: Annotated[list[Path] | None, typer.Option(
         help="Build the report from a check job that already ran (AWX/AAP job events, an ansible-runner artifacts "
-             "folder, or --record's file) instead of running one; --stack then only labels the metrics.")] = None,
+             "folder, or --record's file) instead of running one; --stack then only labels the metrics. Repeat it "
+             "for the parallel drift workflow's jobs (disjoint --limit ranges): one report of them all.")] = None,
 ) -> None:
     """Report what a converge would change, per host and component. Exit 0 in sync, 2 drifted, 1 error."""
-    if events is not None:
+    if events:
         clash = [o for o, v in (("--skew", skew), ("--limit", limit), ("--record", record),
                                 ("--inventory", inventory)) if v]
         if clash:
             raise InputError.one("--events", f"{', '.join(clash)} cannot be used with --events: the job already ran",
                                  "drop them, or run the check here without --events", key="--events",
-                                 value=str(events), kind="invalid option")
-        report, _ = report_from_events(read_job_events(events))
-        target = Target(events, None, stack)
+                                 value=str(events[0]), kind="invalid option")
+        reports = [report_from_events(read_job_events(path))[0] for path in events]
+        report = reports[0] if len(reports) == 1 else merge_reports(reports)
+        target = Target(events[0], None, stack)
     else:
         target = _target(stack, inventory)
         report, _ = check_drift(target, limit=limit, playbook=playbook, console=console,
