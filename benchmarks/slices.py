@@ -241,15 +241,19 @@ def awx_settings(job_timeout: int) -> dict[str, Any]:
     return {"job_timeout": job_timeout, "suppress_ansible_output": True, "suppress_output_file": True}
 
 
+def write_inventory_script(script: Path, inventory: Mapping[str, Any]) -> None:
+    """AWX's executable inventory script (``build_inventory``) printing ``inventory`` as JSON."""
+    script.write_text(INVENTORY_SCRIPT % json.dumps(inventory), encoding="utf-8")
+    script.chmod(0o700)
+
+
 def write_private_data_dir(pdd: Path, *, project: Path, inventory: Mapping[str, Any], template: JobTemplate,
                            envvars: Mapping[str, str], job_timeout: int, limit: str | None = None) -> Path:
     """An ansible-runner private data dir laid out as AWX lays out a job's (see the module's docstring)."""
     pdd.mkdir(parents=True)
     (pdd / "project").symlink_to(project.resolve(), target_is_directory=True)
     (pdd / "inventory").mkdir()
-    script = pdd / "inventory" / "hosts"
-    script.write_text(INVENTORY_SCRIPT % json.dumps(inventory), encoding="utf-8")
-    script.chmod(0o700)
+    write_inventory_script(pdd / "inventory" / "hosts", inventory)
     env = pdd / "env"
     env.mkdir()
     (env / "extravars").write_text(json.dumps(template.extra_vars), encoding="utf-8")
@@ -494,8 +498,7 @@ class SlicesBench(Bench):
         base = self.workdir / "patterns"
         base.mkdir(exist_ok=True)
         script = base / "hosts"
-        script.write_text(INVENTORY_SCRIPT % json.dumps(self.export), encoding="utf-8")
-        script.chmod(0o700)
+        write_inventory_script(script, self.export)
         out = []
         for p in patterns:
             r = subprocess.run([str(self.co.bin / "ansible"), "all", "-i", str(script), "--list-hosts", "--limit", p],
@@ -600,8 +603,8 @@ class SlicesBench(Bench):
 
     def slices(self, k: int) -> None:
         if self.mode == "limit":
-            limits: list[str | None] = list(sm.drift_limits(len(self.hosts), k))
-            parts = self.limit_hosts([str(x) for x in limits])
+            patterns = sm.drift_limits(len(self.hosts), k)
+            parts, limits = self.limit_hosts(patterns), list[str | None](patterns)
             what = "whole inventory, --limit per job"
         else:
             parts, limits, what = slice_hosts(self.hosts, k), [None] * k, "AWX job slicing"

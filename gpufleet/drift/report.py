@@ -165,8 +165,7 @@ def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
     """One report of several check jobs over disjoint hosts (the parallel drift workflow's jobs, each with its
     ``--limit``). A host two jobs both checked is an error in the merged report: their limits overlap, so which
     job's state counts is unknown."""
-    seen: dict[str, int] = {}
-    hosts: list[str] = []
+    seen: dict[str, int] = {}  # host -> the job that checked it first, in the jobs' order
     errors: list[str] = []
     for n, r in enumerate(reports, 1):
         for h in r.hosts:
@@ -174,14 +173,12 @@ def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
                 errors.append(f"{h}: checked by job {seen[h]} and job {n} (their --limit ranges overlap)")
             else:
                 seen[h] = n
-                hosts.append(h)
-    merged = DriftReport(
-        hosts=hosts, components={h: c for r in reports for h, c in r.components.items()},
+    return DriftReport(
+        hosts=list(seen), components={h: c for r in reports for h, c in r.components.items()},
         items=[i for r in reports for i in r.items], errors=[*(e for r in reports for e in r.errors), *errors],
         verdict="; ".join(r.verdict for r in reports if r.verdict),
         failed_hosts=sorted({h for r in reports for h in r.failed_hosts}),
         unreachable_hosts=sorted({h for r in reports for h in r.unreachable_hosts}))
-    return merged
 
 
 def interrupted_items(result: RunResult, packages: Mapping[str, Mapping[str, dpkg.PackageState]]) -> list[DriftItem]:
