@@ -31,6 +31,7 @@ lint: $(STAMP)
 # `make bench-scale` is the scale table alone (issue 17: N = 1, 4, 8, 16 GPU nodes, about 45 minutes on 2 cores).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.controller_terms
 	$(BIN)/python -m benchmarks.scale run
 
 bench-scale: $(STAMP)

@@ -724,3 +724,90 @@ def test_site_yml_defers_the_role_records_of_every_play_it_imports() -> None:
     roles_plays = [p for p in imports if "lock_check" not in p["ansible.builtin.import_playbook"]]
     assert roles_plays and all(p["vars"]["host_footprint_defer_to_site"] is True for p in roles_plays)
     assert DEFAULTS["host_footprint_defer_to_site"] is False
+
+
+# -- issue 33 point 4: one probe per host before any role --------------------------------------------------------
+
+def _site_first_run(tmp_path: Path, host: Path, *options: str, changes: dict[str, str] | None = None,
+                    **extra: Any) -> dict[str, Any]:
+    """tests/playbooks/host_footprint_site_first.yml: site.yml's first play (the site probe, converged hosts into
+    gpufleet_converged), then nccl and cudnn and the site record on the hosts left; full readings beside."""
+    return _ansible_run(tmp_path, host, GROW, "site", *options, playbook="host_footprint_site_first.yml",
+                        scopes=["nccl", "cudnn"], changes=changes or {}, **extra)
+
+
+def test_site_yml_probes_each_host_once_and_leaves_a_converged_host_out_agreeing_with_full_readings(
+        tmp_path: Path, host: Path) -> None:
+    """A converged host costs site.yml's first play (one module run, no role task); a host that is not converged
+    goes through the roles, whose first probe answers from the site probe's reading. Every answer equals a full
+    reading's, and the cluster digest computed once for the run equals the one each host computes itself."""
+    run = _site_first_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"})
+    assert run["site_probe"]["converged"] is False and run["site_probe"]["reread"] is True
+    assert run["site_full"]["converged"] is False
+    assert run["site_probe"]["cluster"] == run["site_full"]["cluster"]  # the run's, once = each host's own
+    assert run["converged_group"] == []
+    nccl, cudnn = _agree(run)
+    assert nccl["probe"]["reread"] is False and nccl["probe"]["reason"].endswith("(read earlier this run)")
+    assert run["site"]["reason"] == "recorded (site)"
+    stamp = json.loads((host / "var/lib/gpufleet/footprint.json").read_text())
+    assert stamp["scopes"]["site"]["roles"] == ["cudnn", "nccl"]
+
+    # Unchanged: converged at the first play, out of every later play; the probe names the roles it skips.
+    run = _site_first_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"})
+    assert run["site_probe"]["converged"] is True and run["site_full"]["converged"] is True
+    assert run["site_probe"]["covers"] == ["cudnn", "nccl"]
+    assert run["converged_group"] == ["node"] and run["roles"] == [] and run["site"] == {}
+
+    # A break: not converged, the roles run and their probes agree with full readings; nccl repairs it.
+    (host / "etc/nccl.conf").write_text("NCCL_DEBUG=TRACE\n")
+    run = _site_first_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"})
+    assert run["site_probe"]["converged"] is False and run["site_full"]["converged"] is False
+    assert run["site_probe"]["reason"].startswith("state changed since the last converge")
+    nccl, cudnn = _agree(run)
+    assert nccl["probe"]["converged"] is False and nccl["probe"]["reread"] is False
+    assert nccl["probe"]["reason"].startswith("state changed since the last converge")
+    assert cudnn["probe"]["converged"] is True and cudnn["probe"]["reread"] is True  # nccl changed the host
+    assert _site_first_run(tmp_path, host, changes={"nccl": "NCCL_DEBUG=INFO\n"})["site_probe"]["converged"] is True
+
+    # New inputs (a changed host variable): no host converged, the later plays take every host.
+    run = _site_first_run(tmp_path, host, gpufleet_bench_knob=3)
+    assert run["site_probe"]["converged"] is False and run["site_full"]["converged"] is False
+    assert [r["probe"]["converged"] for r in _agree(run)] == [False, False]
+
+
+def test_a_reading_is_reused_after_the_site_probe_only(tmp_path: Path) -> None:
+    """The first role's probe answers from site.yml's site probe whatever it said (nothing ran in between); any
+    other reading that said "not converged" is read again (a role ran since), and a blocker always reads again."""
+    plugin = _plugin()
+    rec = {"nccl": {"inputs": "i", "footprint": "d", "cluster": "c"}, "site": {"inputs": "i", "footprint": "d0",
+                                                                          "cluster": "c", "roles": ["nccl"]}}
+    site = {"footprint_state": "probe", "scopes": ["site", "site"], "converged": False, "digest": "d",
+            "recorded": rec, "reason": "state changed since the last converge: path:/etc/nccl.conf"}
+    held = plugin.reuse(site, ["nccl", "site"], "i", "c")
+    assert held["converged"] is True and held["reread"] is False  # nccl's own entry holds for this digest
+    other = plugin.reuse(site, ["cudnn", "site"], "i", "c")
+    assert other["converged"] is False and other["reason"].startswith("state changed since the last converge")
+    assert plugin.reuse({**site, "scopes": ["nccl", "site"]}, ["cudnn", "site"], "i", "c") is None
+    assert plugin.reuse({**site, "blockers": ["/run/gpufleet/x.reboot-required"]}, ["nccl", "site"], "i", "c") is None
+    assert plugin.covers(rec) == ["nccl"] and plugin.covers({}) == []
+    # The run's own group is no part of the cluster digest.
+    base = {"groups": {"all": ["a"], "gpu": ["a"]}}
+    assert plugin.cluster_digest({"groups": {**base["groups"], "gpufleet_converged": ["a"]}}, {}, []) == \
+        plugin.cluster_digest(base, {}, [])
+
+
+def test_site_yml_leaves_converged_hosts_out_of_every_play_after_its_probe() -> None:
+    """Every play site.yml runs after its first (imported ones included) takes its hosts less gpufleet_converged,
+    and the first play is the site probe; the playbooks run alone leave out nobody (the group never exists)."""
+    site = yaml.safe_load((REPO_ROOT / "ansible" / "site.yml").read_text())
+    plays: list[dict[str, Any]] = []
+    for play in site:
+        if "ansible.builtin.import_playbook" in play:
+            plays += yaml.safe_load((REPO_ROOT / "ansible" / play["ansible.builtin.import_playbook"]).read_text())
+        else:
+            plays.append(play)
+    names = [p["name"] for p in plays]
+    first = names.index("Converged hosts")
+    assert plays[first]["tasks"][0]["ansible.builtin.import_role"] == {"name": "host_footprint", "tasks_from": "site"}
+    assert all("gpufleet_converged" not in str(p["hosts"]) for p in plays[:first + 1])
+    assert all(str(p["hosts"]).endswith(":!~^(gpufleet_converged|ungrouped)$") for p in plays[first + 1:]), names

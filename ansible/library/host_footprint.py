@@ -24,9 +24,12 @@ description:
   - Read-only in check mode; O(state=record) writes nothing there.
 options:
   state:
-    description: C(probe) compares, C(record) writes the stamp.
+    description:
+      - C(probe) compares, C(record) writes the stamp.
+      - C(cluster) is answered by the action plugin, without a module run (ansible/site.yml's first play, C(run_once))
+        - the cluster digest every probe and record of the run then takes from O(run).
     type: str
-    choices: [probe, record]
+    choices: [probe, record, cluster]
     default: probe
   scopes:
     description: >-
@@ -107,8 +110,20 @@ options:
         while it said converged (nothing has run since) and every run computes the inputs digest once.
     type: dict
     default: {}
+  run:
+    description: Action plugin option, the result of O(state=cluster) this run (its cluster digest), when there is one.
+    type: dict
+    default: {}
   inputs_exclude:
     description: Action plugin option; globs of variable names left out of the inputs digest (set during a run).
+    type: list
+    elements: str
+    default: []
+  roles:
+    description:
+      - With O(state=record), stored in each recorded scope's entry - the roles whose probe ran on the host in the run
+        that records (the action plugin sets it for the C(site) scope). A host site.yml's first play finds converged
+        skips them all; the drift report names them as its components.
     type: list
     elements: str
     default: []
@@ -472,7 +487,7 @@ def write_stamp(path: str, stamp: dict[str, Any]) -> None:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["probe", "record"], "default": "probe"},
+            "state": {"type": "str", "choices": ["probe", "record", "cluster"], "default": "probe"},
             "scopes": {"type": "list", "elements": "str", "required": True},
             "inputs": {"type": "str", "default": ""},
             "cluster": {"type": "str", "default": ""},
@@ -490,7 +505,10 @@ def main() -> None:
             }},
             "probe": {"type": "bool", "default": True},
             "previous": {"type": "dict", "default": {}},
+            "run": {"type": "dict", "default": {}},
             "inputs_exclude": {"type": "list", "elements": "str", "default": []},
+            # The site record: the roles probed on the host in the run that writes it (what a converged host skips).
+            "roles": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -503,6 +521,8 @@ def main() -> None:
     sections, blockers = read_state(module, reads)
     digest = digest_of(sections)
     stamp = load_stamp(stamp_path)
+    if p["state"] == "cluster":
+        module.fail_json(msg="state=cluster is answered by the action plugin (roles/host_footprint), never here")
     if p["state"] == "probe":
         converged, reason = compare(stamp, p["scopes"], p["inputs"], digest, sections, blockers, p["cluster"],
                                     p["cluster_counts"])
@@ -512,6 +532,8 @@ def main() -> None:
             if isinstance(v, dict) and v.get("footprint") == digest}
     for scope in p["scopes"]:
         kept[scope] = {"inputs": p["inputs"], "footprint": digest, "cluster": p["cluster"]}
+        if p["roles"]:
+            kept[scope]["roles"] = sorted(p["roles"])
     new = {"schema": SCHEMA, "scopes": kept, "sections": sections}
     if new != stamp and not module.check_mode:
         try:

@@ -69,6 +69,15 @@ def component_of(task: TaskResult) -> str | None:
     return PurePosixPath(path).stem if path else "site"
 
 
+def site_probe_covers(task: TaskResult) -> list[str]:
+    """The roles a host skips whole because site.yml's first probe found it converged (roles/host_footprint/tasks/
+    site.yml): the probe's ``covers``, the roles its site record was written after."""
+    res = task.res
+    if task.status != "ok" or not task.action.endswith("host_footprint") or not res.get("converged"):
+        return []
+    return [str(r) for r in res.get("covers") or [] if isinstance(r, str)]
+
+
 def is_disruptive(component: str, kind: Kind, tags: list[str]) -> bool:
     if kind == "reboot" or DISRUPTIVE_TAG in tags:
         return True
@@ -209,6 +218,10 @@ def build_report(result: RunResult, raw: RawResults | None = None) -> DriftRepor
         components.setdefault(t.host, [])
         if comp is not None and t.status != "skipped" and comp not in components[t.host]:
             components[t.host].append(comp)
+        # A host site.yml's first play found converged runs none of its roles: the probe names those it skips.
+        for role in site_probe_covers(t):
+            if role not in components[t.host]:
+                components[t.host].append(role)
     packages = dpkg.fold((t.host, t.action, (raw.get(t) if raw else None) or t.res)
                          for t in result.tasks if t.status in ("ok", "changed"))
     items = interrupted_items(result, packages)

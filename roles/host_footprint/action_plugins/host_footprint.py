@@ -165,13 +165,19 @@ def relies_on(repo: Path = _REPO) -> list[str]:
 def cluster_digest(variables: Mapping[str, Any], readers: Mapping[str, Any], exclude: list[str]) -> str:
     """The inventory's group map, and every host's role inputs when some role reads other hosts' variables."""
     groups = variables.get("groups") or {}
-    payload: dict[str, Any] = {"groups": {g: sorted(str(h) for h in hosts) for g, hosts in sorted(groups.items())}}
+    payload: dict[str, Any] = {"groups": {g: sorted(str(h) for h in hosts) for g, hosts in sorted(groups.items())
+                                          if g != CONVERGED_GROUP}}
     if any("hostvars" in words for words in readers.values()):
         hostvars = variables.get("hostvars") or {}
         prefixes, names = role_prefixes(), default_names()
         payload["hosts"] = {str(h): select_inputs(hostvars.get(h) or {}, prefixes, exclude, names)
                             for h in sorted(groups.get("all") or [])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+#: The group ansible/site.yml's first play puts converged hosts in (roles/host_footprint/tasks/site.yml): a run's
+#: own bookkeeping, not the inventory's, so never part of the cluster digest.
+CONVERGED_GROUP = "gpufleet_converged"
 
 
 def partial_run(cliargs: Mapping[str, Any], scope: str, cluster_counts: bool, previous: Mapping[str, Any],
@@ -221,18 +227,35 @@ def _holds(entry: Any, inputs: str, cluster: str, cluster_counts: bool, digest: 
 
 def reuse(previous: Mapping[str, Any], scopes: list[str], inputs: str, cluster: str = "",
           cluster_counts: bool = True) -> dict[str, Any] | None:
-    """The probe answered from the previous reading, when it said converged; None to read the host again."""
-    if not previous.get("converged") or previous.get("failed") or not previous.get("digest"):
+    """The probe answered from the previous reading, when it said converged (every role before skipped, nothing ran
+    since) or when it is site.yml's site-wide probe (no role has run yet); None to read the host again."""
+    if not (previous.get("converged") or site_reading(previous)) or previous.get("failed") \
+            or not previous.get("digest") or previous.get("blockers"):
         return None
     recorded = previous.get("recorded") or {}
     names = sorted(recorded) if "*" in scopes else scopes
     held = [s for s in names if _holds(recorded.get(s), inputs, cluster, cluster_counts, previous["digest"])]
+    why = ("no record of a converge for " + ", ".join(scopes) if not site_reading(previous) or
+           not any(s in recorded for s in names) else str(previous.get("reason") or "not converged"))
     return {
         "changed": False, "converged": bool(held), "digest": previous["digest"], "recorded": dict(recorded),
         "sections": dict(previous.get("sections") or {}), "blockers": [], "reread": False,
         "reason": f"as the last converge ({held[0]}) left it, read earlier this run" if held
-        else "no record of a converge for " + ", ".join(scopes),
+        else f"{why} (read earlier this run)",
     }
+
+
+def site_reading(previous: Mapping[str, Any]) -> bool:
+    """Whether ``previous`` is the probe of site.yml's first play (tasks/site.yml): the next probe is the first role's
+    on a host that was not converged, and nothing between the two changes the host (fact gathering only)."""
+    return previous.get("footprint_state") == "probe" and (previous.get("scopes") or [""])[0] == "site"
+
+
+def covers(recorded: Mapping[str, Any]) -> list[str]:
+    """The roles the held site record was written after: a converged host skips them all (the drift report's
+    components for a host site.yml left out of its plays)."""
+    entry = recorded.get("site")
+    return [str(r) for r in entry.get("roles") or []] if isinstance(entry, Mapping) else []
 
 
 def already_recorded(previous: Mapping[str, Any], scopes: list[str], inputs: str,
@@ -277,13 +300,25 @@ class ActionModule(ActionBase):
         if not isinstance(previous, Mapping):
             previous = {}
         inputs, cluster, readers = previous.get("inputs"), previous.get("cluster"), previous.get("cluster_readers")
-        if not inputs or not cluster or not isinstance(readers, Mapping):
-            readers = {k: sorted(v) for k, v in cluster_readers().items()}
+        if not cluster or not isinstance(readers, Mapping):
+            # The run's cluster digest where site.yml's first play computed it (tasks/site.yml), also after a task
+            # that registered no reading (a record skipped in check mode): N hosts' variables read once per run.
+            run = args.pop("run", None) or {}
+            if isinstance(run, Mapping) and run.get("cluster") and isinstance(run.get("cluster_readers"), Mapping):
+                cluster, readers = run["cluster"], run["cluster_readers"]
+            else:
+                readers = {k: sorted(v) for k, v in cluster_readers().items()}
+                cluster = cluster_digest(task_vars, readers, exclude)
+        args.pop("run", None)
+        if args.get("state") == "cluster":
+            # tasks/site.yml, run_once: the one value every host's probe carries from here.
+            result.update(changed=False, cluster=cluster, cluster_readers=readers)
+            return result
+        if not inputs:
             host = task_vars.get("inventory_hostname", "")
             hostvars = task_vars.get("hostvars") or {}
             version = str((task_vars.get("ansible_version") or {}).get("full", ""))
             inputs = inputs_digest(hostvars.get(host, {}), exclude, version)
-            cluster = cluster_digest(task_vars, readers, exclude)
         counts = "*" in scopes or reads_cluster(scopes[0] if scopes else "site", readers)
         probed = {str(x) for x in previous.get("probed") or []}
         if args.get("state", "probe") == "probe" and scopes:
@@ -297,6 +332,8 @@ class ActionModule(ActionBase):
             reused = reuse(previous, scopes, inputs, cluster, counts) or unrecorded(previous, scopes, inputs)
             if reused is not None:
                 result.update(reused, **carried)
+                if scopes[0] == "site" and reused["converged"]:
+                    result["covers"] = covers(reused["recorded"])
                 return result
         else:
             cli = ansible.context.CLIARGS
@@ -326,10 +363,14 @@ class ActionModule(ActionBase):
         args["inputs"] = inputs
         args["cluster"] = cluster
         args["cluster_counts"] = counts
+        if args.get("state") == "record" and scopes == ["site"]:
+            args["roles"] = sorted(probed - {"site"})
         reads = dict(args.get("reads") or {})
         reads["files"] = sorted({*(reads.get("files") or []), *relies_on()})
         args["reads"] = reads
         result.update(self._execute_module(module_name="host_footprint", module_args=args, task_vars=task_vars))
         result.update(carried)
+        if args.get("state", "probe") == "probe" and scopes[:1] == ["site"] and result.get("converged"):
+            result["covers"] = covers(result.get("recorded") or {})
         result.setdefault("reread", True)
         return result
