@@ -514,6 +514,8 @@ def main() -> None:
     )
     p = module.params
     reads = p["reads"]
+    if p["state"] == "cluster":
+        module.fail_json(msg="state=cluster is answered by the action plugin (roles/host_footprint), never here")
     if not p["scopes"] or not p["inputs"]:
         module.fail_json(msg="scopes and inputs are required (the action plugin computes inputs)")
     root = reads["root"] if reads["root"].endswith("/") else reads["root"] + "/"
@@ -521,8 +523,6 @@ def main() -> None:
     sections, blockers = read_state(module, reads)
     digest = digest_of(sections)
     stamp = load_stamp(stamp_path)
-    if p["state"] == "cluster":
-        module.fail_json(msg="state=cluster is answered by the action plugin (roles/host_footprint), never here")
     if p["state"] == "probe":
         converged, reason = compare(stamp, p["scopes"], p["inputs"], digest, sections, blockers, p["cluster"],
                                     p["cluster_counts"])
